@@ -1,0 +1,43 @@
+# Two commands matter: `make demo` and `make test`. Both set up .venv first.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint lab bench eval clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.10) on PATH, or run: make PY=python3 ..."; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check crag_lab tests bench
+	$(BIN)/mypy crag_lab
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+eval: $(STAMP)
+	$(BIN)/crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json
+
+clean:
+	rm -rf $(VENV) data/kb/.crag_index .pytest_cache .mypy_cache .ruff_cache

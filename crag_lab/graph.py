@@ -1,0 +1,105 @@
+"""`build_graph`: wire the five nodes on a LangGraph ``StateGraph`` and compile it.
+
+Routers are thin adapters over `crag_lab.decisions`; their ``Literal`` return types let LangGraph
+draw every conditional edge (``graph.get_graph().draw_mermaid()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from crag_lab import decisions
+from crag_lab.audit import JsonlSink
+from crag_lab.config import CragConfig
+from crag_lab.models import CragModel
+from crag_lab.nodes._deps import Deps
+from crag_lab.nodes.analyze import make_analyze
+from crag_lab.nodes.grade import make_grade
+from crag_lab.nodes.plan import make_plan
+from crag_lab.nodes.synthesize import make_synthesize
+from crag_lab.nodes.tool_exec import make_tool_exec
+from crag_lab.state import AgentState, Mode
+from crag_lab.tools import Tool, ToolRegistry
+
+MODES: tuple[Mode, ...] = ("knowledge_base", "normal", "naive_rag")
+NODES = ("analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize")
+
+
+def after_analyze(state: AgentState) -> decisions.AfterAnalyze:
+    return decisions.route_after_analyze((state.get("routing_plan") or {}).get("complexity"))
+
+
+def after_tools(state: AgentState) -> decisions.AfterTools:
+    return decisions.route_after_tools((state.get("routing_plan") or {}).get("complexity"))
+
+
+def make_after_grade(max_iterations: int) -> Any:
+    def after_grade(state: AgentState) -> decisions.AfterGrade:
+        return decisions.route_after_grade(state.get("grader_action"), state.get("iteration", 0), max_iterations)
+
+    return after_grade
+
+
+def build_graph(
+    model: CragModel,
+    tools: ToolRegistry | list[Tool],
+    config: CragConfig | None = None,
+    *,
+    mode: Mode = "knowledge_base",
+    audit_sink: JsonlSink | None = None,
+) -> CompiledStateGraph:
+    """Compile the corrective-RAG graph for one mode.
+
+    ``knowledge_base`` is the full spec graph; ``normal`` answers from the model alone;
+    ``naive_rag`` retrieves top-k with vector_search and synthesizes, with no grading.
+    Invoke it with an explicit ``recursion_limit`` (``config.recursion_limit``), as `Lab` does.
+
+    >>> from crag_lab.testing import ScriptedLLM
+    >>> g = build_graph(ScriptedLLM({}), [], mode="normal")
+    >>> sorted(g.get_graph().nodes)
+    ['__end__', '__start__', 'synthesize']
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
+    config = config or CragConfig()
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    deps = Deps(model=model, tools=registry, config=config, sink=audit_sink)
+    graph = StateGraph(AgentState)
+    graph.add_node("synthesize", make_synthesize(deps))
+    graph.add_edge("synthesize", END)
+    if mode == "normal":
+        graph.add_edge(START, "synthesize")
+        return graph.compile(name="crag_normal")
+    graph.add_node("tool_exec", make_tool_exec(deps))
+    if mode == "naive_rag":
+        graph.add_edge(START, "tool_exec")
+        graph.add_edge("tool_exec", "synthesize")
+        return graph.compile(name="crag_naive_rag")
+    graph.add_node("analyze_and_route", make_analyze(deps))
+    graph.add_node("plan", make_plan(deps))
+    graph.add_node("grade_evidence", make_grade(deps))
+    graph.add_edge(START, "analyze_and_route")
+    graph.add_conditional_edges("analyze_and_route", after_analyze)
+    graph.add_edge("plan", "tool_exec")
+    graph.add_conditional_edges("tool_exec", after_tools)
+    graph.add_conditional_edges("grade_evidence", make_after_grade(config.max_iterations))
+    return graph.compile(name="crag_knowledge_base")
+
+
+def initial_state(
+    query: str,
+    *,
+    mode: Mode = "knowledge_base",
+    history: list[dict[str, str]] | None = None,
+    top_k: int = 5,
+) -> AgentState:
+    """The state a run starts from. ``naive_rag`` starts with its single vector_search planned."""
+    state = AgentState(query=query, mode=mode, history=list(history or []), context=[], iteration=0,
+                       tried_tools=[], evidence_scores=[], context_scores=[], grader_action=None)
+    if mode == "naive_rag":
+        state["planned_calls"] = [{"tool": "vector_search", "args": {"query": query, "top_k": top_k}}]
+        state["routing_plan"] = {"complexity": None, "suggested_tools": ["vector_search"]}
+    return state

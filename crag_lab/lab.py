@@ -1,0 +1,214 @@
+"""`Lab`: the notebook-facing entry point. A knowledge base, a model, a config; ask questions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crag_lab.audit import JsonlSink
+from crag_lab.config import CragConfig
+from crag_lab.graph import MODES, build_graph, initial_state
+from crag_lab.models import CragModel, as_model
+from crag_lab.state import Mode
+from crag_lab.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    from crag_lab.kb import KnowledgeBase
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """One answered question: the final text and everything needed to see how it was reached."""
+
+    query: str
+    mode: str
+    answer: str
+    state: dict[str, Any] = field(repr=False)
+    latency_ms: float = field(default=0.0, compare=False)
+
+    @property
+    def path(self) -> list[str]:
+        """Node names in the order they ran."""
+        return list(self.state.get("path", []))
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        """Every ``log_audit`` event of this run."""
+        return list(self.state.get("audit", []))
+
+    @property
+    def usage(self) -> list[dict[str, Any]]:
+        return list(self.state.get("usage", []))
+
+    @property
+    def llm_calls(self) -> int:
+        return len(self.state.get("usage", []))
+
+    @property
+    def tokens(self) -> int:
+        return sum(u["prompt_tokens"] + u["completion_tokens"] for u in self.state.get("usage", []))
+
+    @property
+    def citations(self) -> list[dict[str, Any]]:
+        return list(self.state.get("citations", []))
+
+    @property
+    def complexity(self) -> str | None:
+        return (self.state.get("routing_plan") or {}).get("complexity")
+
+    @property
+    def grader_action(self) -> str | None:
+        return self.state.get("grader_action")
+
+    @property
+    def route(self) -> str:
+        """A one-word summary: chitchat, simple, GENERATE, REFINE, RE_RETRIEVE, capped or a mode."""
+        if self.mode != "knowledge_base":
+            return self.mode
+        if self.complexity in ("chitchat", "simple"):
+            return str(self.complexity)
+        rounds = self.state.get("rounds", [])
+        if rounds and rounds[-1]["capped"] and rounds[-1]["action"] != "GENERATE":
+            return "capped"
+        return str(self.grader_action or "complex")
+
+    def _repr_markdown_(self) -> str:
+        trail = " → ".join(self.path)
+        return f"**Q:** {self.query}\n\n{self.answer}\n\n<sub>path: {trail}</sub>"
+
+
+class Lab:
+    """A corrective-RAG agent over one knowledge base, ready to ask, run, replay and explore.
+
+    Build it with `Lab.from_directory` (indexes the folder, or reloads its index). ``llm=None``
+    uses the deterministic offline model; any LlamaIndex LLM or crag_lab model plugs in instead.
+
+    >>> lab = Lab.from_directory("data/kb")  # doctest: +SKIP
+    >>> lab.ask("How do I rotate the gateway certificates?").path  # doctest: +SKIP
+    ['analyze_and_route', 'plan', 'tool_exec', 'synthesize']
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Sequence[Tool],
+        *,
+        config: CragConfig | None = None,
+        llm: Any | None = None,
+        kb: KnowledgeBase | None = None,
+        embed_model: BaseEmbedding | None = None,
+        audit_path: str | Path | None = None,
+    ) -> None:
+        from crag_lab.offline import OfflineModel
+
+        self.config = config or CragConfig()
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.kb = kb
+        self.model: CragModel = as_model(llm, offline_factory=lambda: OfflineModel(embed_model))
+        self.audit_sink = JsonlSink(audit_path) if audit_path else None
+        self._graphs: dict[tuple[str, CragConfig], CompiledStateGraph] = {}
+
+    @classmethod
+    def from_directory(
+        cls,
+        path: str | Path,
+        config: CragConfig | None = None,
+        llm: Any | None = None,
+        *,
+        cache_dir: str | Path | None = None,
+        remote: bool = True,
+        audit_path: str | Path | None = None,
+    ) -> Lab:
+        """Index ``path`` (only files that changed since the last build are embedded) and wrap it.
+
+        Remote connectors (jira_fetch, confluence_fetch, web_fetch) join the tool set only when
+        their environment is configured; ``remote=False`` leaves them out regardless.
+        """
+        from crag_lab.embeddings import default_embed_model
+        from crag_lab.kb import KnowledgeBase
+        from crag_lab.tools.kb_tools import kb_tools
+
+        config = config or CragConfig()
+        embed_model = default_embed_model()
+        kb = KnowledgeBase.build(path, embed_model=embed_model, cache_dir=cache_dir)
+        tools: list[Tool] = list(kb_tools(kb, top_k=config.top_k))
+        if remote:
+            from crag_lab.tools.remote import configured_remote_tools
+
+            tools += configured_remote_tools()
+        return cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path)
+
+    def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None) -> CompiledStateGraph:
+        """The compiled graph for a mode and config (built once, then reused)."""
+        config = config or self.config
+        key = (mode, config)
+        if key not in self._graphs:
+            self._graphs[key] = build_graph(self.model, self.tools, config, mode=mode, audit_sink=self.audit_sink)
+        return self._graphs[key]
+
+    def _check_mode(self, mode: str) -> Mode:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
+        return mode  # type: ignore[return-value]
+
+    def ask(
+        self,
+        query: str,
+        history: list[dict[str, str]] | None = None,
+        mode: Mode = "knowledge_base",
+        *,
+        config: CragConfig | None = None,
+    ) -> AskResult:
+        """Answer one question; the result carries the answer, path, audit trail and usage."""
+        mode = self._check_mode(mode)
+        config = config or self.config
+        start = time.perf_counter()
+        state = self.graph(mode, config).invoke(
+            initial_state(query, mode=mode, history=history, top_k=config.top_k),
+            {"recursion_limit": config.recursion_limit},
+        )
+        return AskResult(query, mode, state["answer"], dict(state), (time.perf_counter() - start) * 1000)
+
+    def ask_many(
+        self,
+        queries: Iterable[str],
+        mode: Mode = "knowledge_base",
+        *,
+        config: CragConfig | None = None,
+        concurrency: int = 4,
+    ) -> list[AskResult]:
+        """Answer many questions with ``graph.batch`` (explicit recursion limit and concurrency)."""
+        mode = self._check_mode(mode)
+        config = config or self.config
+        queries = list(queries)
+        start = time.perf_counter()
+        states = self.graph(mode, config).batch(
+            [initial_state(q, mode=mode, top_k=config.top_k) for q in queries],
+            {"recursion_limit": config.recursion_limit, "max_concurrency": concurrency},
+        )
+        per_query = (time.perf_counter() - start) * 1000 / max(len(queries), 1)
+        return [AskResult(q, mode, s["answer"], dict(s), per_query) for q, s in zip(queries, states, strict=True)]
+
+    def mermaid(self, mode: Mode = "knowledge_base", highlight: Sequence[str] | None = None) -> str:
+        """The graph as Mermaid text (rendered offline by JupyterLab), optionally with a path highlighted."""
+        from crag_lab.drawing import mermaid
+
+        return mermaid(self.graph(mode), highlight=highlight)
+
+    def __repr__(self) -> str:
+        kb = f"kb={str(self.kb.root)!r}, " if self.kb is not None else ""
+        return f"Lab({kb}model={self.model.name!r}, tools={list(self.tools)}, config={self.config!r})"
+
+
+def results_table(results: Sequence[AskResult]) -> list[Mapping[str, Any]]:
+    """One plain row per result, for a DataFrame."""
+    return [
+        {"query": r.query, "route": r.route, "path": " → ".join(r.path), "llm_calls": r.llm_calls,
+         "tokens": r.tokens, "cited": len(r.citations)}
+        for r in results
+    ]

@@ -1,0 +1,1 @@
+"""One module per graph node; each exposes ``make_<node>(deps)`` returning the node function."""

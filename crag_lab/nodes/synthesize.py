@@ -1,0 +1,66 @@
+"""``synthesize``: the answer, its ``[N]`` citations footer, and exactly one usage-stats block."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crag_lab.citations import finalize_answer, is_abstention, render_footer, render_stats
+from crag_lab.nodes._deps import Deps
+from crag_lab.parsing import strip_stats_blocks
+from crag_lab.prompts import CHITCHAT, NO_EVIDENCE_ANSWER, NORMAL, SYNTHESIZE, render_history, render_passage
+from crag_lab.state import AgentState, UsageRecord
+
+NODE = "synthesize"
+MODEL_FAILED_ANSWER = (
+    "The model failed to produce an answer after retrying ({errors}). The evidence found is listed below."
+)
+
+
+def make_synthesize(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+    def synthesize(state: AgentState) -> dict[str, Any]:
+        log = deps.audit(NODE)
+        query = state["query"]
+        history = render_history(state.get("history"))
+        context = list(state.get("context", []))
+        complexity = (state.get("routing_plan") or {}).get("complexity")
+        usage: list[UsageRecord] = []
+        footer = ""
+        cited: list[Any] = []
+        if state.get("mode") == "normal" or complexity == "chitchat":
+            kind = "normal" if state.get("mode") == "normal" else "chitchat"
+            template = NORMAL if kind == "normal" else CHITCHAT
+            reply, record = deps.call(NODE, "synthesize", template.format(history=history, query=query),
+                                      {"query": query, "kind": kind, "evidence": []}, log)
+            usage.append(record)
+            body = strip_stats_blocks(reply.text).strip() if reply else "Sorry, the model is unavailable right now."
+        elif not context:
+            body = NO_EVIDENCE_ANSWER
+            log.log_audit("no_evidence", answer=NO_EVIDENCE_ANSWER)
+        else:
+            evidence = "\n\n".join(render_passage(item, n) for n, item in enumerate(context, 1))
+            prompt = SYNTHESIZE.format(history=history, evidence=evidence, query=query)
+            inputs = {"query": query, "kind": "answer", "history": state.get("history") or [],
+                      "evidence": [{"n": n, "text": i["text"], "path": i.get("path"), "title": i.get("title")}
+                                   for n, i in enumerate(context, 1)]}
+            reply, record = deps.call(NODE, "synthesize", prompt, inputs, log)
+            usage.append(record)
+            if reply is None:
+                body, cited = MODEL_FAILED_ANSWER.format(errors="see the audit log"), context
+                log.log_audit("synthesize_failed", level="error", fallback="error_answer")
+            elif is_abstention(reply.text):
+                body = NO_EVIDENCE_ANSWER
+                log.log_audit("model_abstained", items=len(context))
+            else:
+                body, cited = finalize_answer(reply.text, context)
+                if not cited:
+                    cited = context
+                    log.log_audit("uncited_answer", level="warning", listed=len(context))
+            footer = render_footer(cited)
+        stats = render_stats([*state.get("usage", []), *usage])
+        answer = f"{body}{footer}\n\n{stats}"
+        log.log_audit("answered", cited=[item["id"] for item in cited], abstained=body == NO_EVIDENCE_ANSWER)
+        return {"answer": answer, "usage": usage, "audit": log.events, "path": [NODE],
+                "citations": [dict(item) for item in cited]}
+
+    return synthesize

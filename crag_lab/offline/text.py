@@ -1,0 +1,35 @@
+"""Tiny text utilities shared by the offline router, planner and synthesizer."""
+
+from __future__ import annotations
+
+import re
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers him his how i if in into is it its itself just me more most my
+    no nor not now of off on once only or other our ours out over own same she should so some such
+    than that the their theirs them then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your yours
+    use used using get got tell know please there's what's who's how's i'm it's does do done make
+    need needs want wants should would shall may might must""".split()
+)
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased word tokens, keeping identifiers like ``PAY-142``, ``api-gateway`` or ``8443``."""
+    return [t.lower() for t in _TOKEN.findall(text)]
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: enough to match "rotate"/"rotation"/"rotating"."""
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "es", "ed", "s", "e"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_terms(text: str) -> list[str]:
+    """Stemmed tokens without stopwords, in order, without duplicates."""
+    return list(dict.fromkeys(stem(t) for t in tokens(text) if t not in STOPWORDS))

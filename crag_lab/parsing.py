@@ -1,0 +1,171 @@
+"""Parsers for raw model output. They never raise: a failure returns None and the node falls back.
+
+Models wrap JSON in prose and code fences, truncate it, or answer with the wrong length; each parser
+finds the first JSON value of the expected shape and validates it strictly.
+
+>>> parse_grades('Sure! ```json\\n[0.9, 0.2]\\n```', 2)
+[0.9, 0.2]
+>>> parse_grades("[0.9]", 2) is None
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Collection
+from typing import Any
+
+from crag_lab.state import RoutingPlan
+
+_MAX_CANDIDATES = 64
+_MAX_CHARS = 200_000
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+COMPLEXITIES = ("chitchat", "simple", "complex")
+
+
+def _json_values(text: str, opener: str) -> list[Any]:
+    """JSON values starting with ``opener`` found in ``text``: the whole text, fenced blocks, then scans."""
+    text = text[:_MAX_CHARS]
+    values: list[Any] = []
+    candidates = [text.strip()] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for candidate in candidates:
+        if candidate.startswith(opener):
+            try:
+                values.append(json.loads(candidate))
+            except ValueError:
+                pass
+    if values:
+        return values
+    decoder = json.JSONDecoder()
+    start = text.find(opener)
+    tries = 0
+    while start != -1 and tries < _MAX_CANDIDATES:
+        tries += 1
+        try:
+            value, _ = decoder.raw_decode(text, start)
+            values.append(value)
+            return values
+        except ValueError:
+            start = text.find(opener, start + 1)
+    return values
+
+
+def _is_score(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0.0 <= value <= 1.0
+    )
+
+
+def parse_grades(text: str, n: int) -> list[float] | None:
+    """N relevance scores in [0, 1] from a grader's output, or None if it did not give exactly that.
+
+    Accepts a bare JSON array or ``{"scores": [...]}``, with prose or code fences around it. A wrong
+    length, a non-number, NaN or a score outside [0, 1] makes the whole answer invalid.
+    """
+    if not isinstance(text, str):
+        return None
+    for value in _json_values(text, "[") + _json_values(text, "{"):
+        if isinstance(value, dict):
+            value = value.get("scores")
+        if isinstance(value, list) and len(value) == n and all(_is_score(v) for v in value):
+            return [float(v) for v in value]
+    return None
+
+
+def parse_single_grade(text: str) -> float | None:
+    """One score for per-item grading: ``[0.8]``, ``{"score": 0.8}`` or a bare number."""
+    if not isinstance(text, str):
+        return None
+    grades = parse_grades(text, 1)
+    if grades is not None:
+        return grades[0]
+    for value in _json_values(text, "{"):
+        if isinstance(value, dict) and _is_score(value.get("score")):
+            return float(value["score"])
+    try:
+        value = float(text.strip()[:64])
+    except ValueError:
+        return None
+    return value if _is_score(value) else None
+
+
+def _str_list(value: Any, allowed: Collection[str] | None = None) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    items = [v.strip() for v in value if isinstance(v, str) and v.strip()]
+    if allowed is not None:
+        items = [v for v in items if v in allowed]
+    return list(dict.fromkeys(items))
+
+
+def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
+    """The routing plan from ``analyze_and_route``'s output; unknown parts come back empty.
+
+    ``complexity`` is None when missing or not one of chitchat / simple / complex (the graph then
+    runs the full pipeline), and ``parsed`` says whether any JSON object was found at all.
+    """
+    obj: dict[str, Any] = {}
+    if isinstance(text, str):
+        obj = next((v for v in _json_values(text, "{") if isinstance(v, dict)), {})
+    complexity = obj.get("complexity")
+    if isinstance(complexity, str):
+        complexity = complexity.strip().lower()
+    query_type = obj.get("query_type")
+    return RoutingPlan(
+        query_type=query_type.strip() if isinstance(query_type, str) else "unknown",
+        complexity=complexity if complexity in COMPLEXITIES else None,  # type: ignore[typeddict-item]
+        sub_questions=_str_list(obj.get("sub_questions")),
+        suggested_tools=_str_list(obj.get("suggested_tools"), known_tools),
+        grep_keywords=_str_list(obj.get("grep_keywords"))[:8],
+        parsed=bool(obj),
+    )
+
+
+def parse_plan(text: str, known_tools: Collection[str]) -> list[dict[str, Any]] | None:
+    """Tool calls ``[{"tool": name, "args": {...}}]`` from ``plan``'s output, or None.
+
+    Entries naming unknown tools or without an args object are dropped; a plan with no valid entry
+    is a parse failure (None), so the node falls back to text extraction.
+    """
+    if not isinstance(text, str):
+        return None
+    for value in _json_values(text, "[") + _json_values(text, "{"):
+        if isinstance(value, dict):
+            value = value.get("calls", value.get("tool_calls", [value]))
+        if not isinstance(value, list):
+            continue
+        calls = [
+            {"tool": entry["tool"], "args": dict(entry.get("args") or {})}
+            for entry in value
+            if isinstance(entry, dict)
+            and isinstance(entry.get("tool"), str)
+            and entry["tool"] in known_tools
+            and isinstance(entry.get("args", {}), dict)
+        ]
+        if calls:
+            return calls
+    return None
+
+
+_STATS_HEADER = re.compile(r"(?:^|\n)[ \t]*(?:-{3,}[ \t]*\n[ \t]*)?📊[^\n]*LLM Usage Stats.*", re.DOTALL)
+
+
+def strip_stats_blocks(text: str) -> str:
+    """Cut ``text`` at the first ``📊 **LLM Usage Stats:**`` block (and its ``---`` rule).
+
+    The block is always the end of an answer, so everything from its header on goes.
+
+    Used on conversation history before any prompt, on model output before the system appends the
+    one true block, and on evidence text so a document cannot smuggle in a second block.
+
+    >>> strip_stats_blocks("Answer.\\n\\n---\\n📊 **LLM Usage Stats:**\\n- API calls: 3")
+    'Answer.'
+    """
+    if "LLM Usage Stats" not in text:
+        return text
+    return _STATS_HEADER.sub("", text).rstrip()
