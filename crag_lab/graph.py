@@ -50,12 +50,14 @@ def build_graph(
     *,
     mode: Mode = "knowledge_base",
     audit_sink: JsonlSink | None = None,
+    shadow_grading: bool = False,
 ) -> CompiledStateGraph:
     """Compile the corrective-RAG graph for one mode.
 
     ``knowledge_base`` is the full spec graph; ``normal`` answers from the model alone;
     ``naive_rag`` retrieves top-k with vector_search and synthesizes, with no grading.
-    Invoke it with an explicit ``recursion_limit`` (``config.recursion_limit``), as `Lab` does.
+    ``shadow_grading`` makes the grader also score rounds the pre-filter skipped (recorded for
+    replay, never used for a decision or counted as a call). Invoke it with an explicit ``recursion_limit`` (``config.recursion_limit``), as `Lab` does.
 
     >>> from crag_lab.testing import ScriptedLLM
     >>> g = build_graph(ScriptedLLM({}), [], mode="normal")
@@ -66,7 +68,7 @@ def build_graph(
         raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
     config = config or CragConfig()
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    deps = Deps(model=model, tools=registry, config=config, sink=audit_sink)
+    deps = Deps(model=model, tools=registry, config=config, sink=audit_sink, shadow_grading=shadow_grading)
     graph = StateGraph(AgentState)
     graph.add_node("synthesize", make_synthesize(deps))
     graph.add_edge("synthesize", END)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
+    from crag_lab.experiment import Experiment
     from crag_lab.kb import KnowledgeBase
 
 
@@ -31,6 +32,7 @@ class AskResult:
     answer: str
     state: dict[str, Any] = field(repr=False)
     latency_ms: float = field(default=0.0, compare=False)
+    node_ms: tuple[tuple[str, float], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def path(self) -> list[str]:
@@ -111,7 +113,8 @@ class Lab:
         self.kb = kb
         self.model: CragModel = as_model(llm, offline_factory=lambda: OfflineModel(embed_model))
         self.audit_sink = JsonlSink(audit_path) if audit_path else None
-        self._graphs: dict[tuple[str, CragConfig], CompiledStateGraph] = {}
+        self._graphs: dict[tuple[str, CragConfig, bool], CompiledStateGraph] = {}
+        self._shadow = False
 
     @classmethod
     def from_directory(
@@ -146,9 +149,10 @@ class Lab:
     def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None) -> CompiledStateGraph:
         """The compiled graph for a mode and config (built once, then reused)."""
         config = config or self.config
-        key = (mode, config)
+        key = (mode, config, self._shadow)
         if key not in self._graphs:
-            self._graphs[key] = build_graph(self.model, self.tools, config, mode=mode, audit_sink=self.audit_sink)
+            self._graphs[key] = build_graph(self.model, self.tools, config, mode=mode, audit_sink=self.audit_sink,
+                                            shadow_grading=self._shadow)
         return self._graphs[key]
 
     def _check_mode(self, mode: str) -> Mode:
@@ -167,12 +171,69 @@ class Lab:
         """Answer one question; the result carries the answer, path, audit trail and usage."""
         mode = self._check_mode(mode)
         config = config or self.config
+        graph = self.graph(mode, config)
         start = time.perf_counter()
-        state = self.graph(mode, config).invoke(
+        last = start
+        node_ms: list[tuple[str, float]] = []
+        state: dict[str, Any] = {}
+        # stream_mode="updates" names the node behind each update: per-node wall time for free.
+        for kind, chunk in graph.stream(
             initial_state(query, mode=mode, history=history, top_k=config.top_k),
             {"recursion_limit": config.recursion_limit},
-        )
-        return AskResult(query, mode, state["answer"], dict(state), (time.perf_counter() - start) * 1000)
+            stream_mode=["updates", "values"],
+        ):
+            if kind == "updates":
+                now = time.perf_counter()
+                node_ms.extend((node, (now - last) * 1000) for node in chunk)
+                last = now
+            else:
+                state = chunk
+        return AskResult(query, mode, state["answer"], dict(state), (time.perf_counter() - start) * 1000,
+                         tuple(node_ms))
+
+    def run(
+        self,
+        queries: Iterable[str | Mapping[str, Any]],
+        *,
+        config: CragConfig | None = None,
+        mode: Mode = "knowledge_base",
+        shadow_grading: bool = True,
+        progress: bool = False,
+    ) -> Experiment:
+        """Run a query set and record everything replay and the dashboard need.
+
+        ``queries`` are strings or dicts with ``question`` (and ``id`` and labels such as ``gold``,
+        as in ``data/kb_queries.jsonl``). With ``shadow_grading`` the grader also scores rounds the
+        pre-filter skipped, kept apart from the run's own calls, so that replay can tell what would
+        happen if a rule stopped firing.
+        """
+        from crag_lab.experiment import Experiment, make_record, query_rows
+
+        config = config or self.config
+        rows = query_rows(queries)
+        saved = self._shadow
+        self._shadow = shadow_grading
+        try:
+            iterator: Iterable[dict[str, Any]] = rows
+            if progress:
+                from tqdm.auto import tqdm
+
+                iterator = tqdm(rows, desc="queries", unit="q")
+            records = []
+            for row in iterator:
+                result = self.ask(row["question"], mode=mode, config=config)
+                records.append(make_record(row["id"], row["question"], result.state, labels=row["labels"],
+                                           node_ms=result.node_ms, latency_ms=result.latency_ms))
+        finally:
+            self._shadow = saved
+        return Experiment(config, records, {"model": self.model.name, "mode": mode, "shadow_grading": shadow_grading,
+                                            "tools": list(self.tools)})
+
+    def rerun(self, query: str, config: CragConfig | Mapping[str, Any]) -> AskResult:
+        """Run the real graph for one query at another config (what replay cannot know)."""
+        if isinstance(config, Mapping):
+            config = CragConfig(**(self.config.model_dump() | dict(config)))
+        return self.ask(query, config=config)
 
     def ask_many(
         self,

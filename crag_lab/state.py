@@ -60,6 +60,7 @@ class UsageRecord(TypedDict):
     latency_ms: float
     ok: bool
     attempts: int
+    iteration: int  # grading rounds completed when the call was made
 
 
 class AgentState(TypedDict, total=False):

@@ -21,12 +21,13 @@ class Deps:
     tools: ToolRegistry
     config: CragConfig
     sink: JsonlSink | None = None
+    shadow_grading: bool = False
 
     def audit(self, node: str) -> AuditLog:
         return AuditLog(node, self.sink)
 
     def call(
-        self, node: str, task: Task, prompt: str, inputs: Mapping[str, Any], log: AuditLog
+        self, node: str, task: Task, prompt: str, inputs: Mapping[str, Any], log: AuditLog, *, iteration: int = 0
     ) -> tuple[ModelReply | None, UsageRecord]:
         """One model call with retries; failures are audited and come back as ``None``."""
         cfg = self.config
@@ -56,5 +57,6 @@ class Deps:
             latency_ms=round(outcome.latency_ms, 3),
             ok=reply is not None,
             attempts=outcome.attempts,
+            iteration=iteration,
         )
         return reply, usage

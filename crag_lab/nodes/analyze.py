@@ -49,7 +49,7 @@ def make_analyze(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
         )
         inputs = {"query": query, "history": state.get("history") or [], "tried_tools": tried,
                   "available_tools": available, "retrying": retrying}
-        reply, usage = deps.call(NODE, "analyze", prompt, inputs, log)
+        reply, usage = deps.call(NODE, "analyze", prompt, inputs, log, iteration=state.get("iteration", 0))
         plan: RoutingPlan = parse_analysis(reply.text if reply else "", available)
         if plan.get("complexity") is None:
             log.log_audit("classification_unavailable", level="warning", parsed=plan.get("parsed", False),

@@ -34,7 +34,7 @@ def vector_scores(items: Sequence[EvidenceItem], history: Sequence[ToolCall]) ->
 
 
 def _grade(
-    deps: Deps, query: str, items: Sequence[EvidenceItem], log: AuditLog
+    deps: Deps, query: str, items: Sequence[EvidenceItem], log: AuditLog, iteration: int
 ) -> tuple[list[float], list[UsageRecord], bool]:
     """Scores for ``items`` from the model: one batch call, or one call per item under per_item."""
     if not items:
@@ -44,7 +44,8 @@ def _grade(
         scores, usages, all_ok = [], [], True
         for item, payload in zip(items, inputs_items, strict=True):
             prompt = GRADE_ONE.format(query=query, passage=render_passage(item))
-            reply, usage = deps.call(NODE, "grade", prompt, {"query": query, "items": [payload]}, log)
+            reply, usage = deps.call(NODE, "grade", prompt, {"query": query, "items": [payload]}, log,
+                                      iteration=iteration)
             usages.append(usage)
             score = parse_single_grade(reply.text) if reply else None
             if score is None:
@@ -56,7 +57,8 @@ def _grade(
         return scores, usages, all_ok
     passages = "\n\n".join(render_passage(item, n) for n, item in enumerate(items, 1))
     prompt = GRADE.format(query=query, passages=passages, n=len(items))
-    reply, usage = deps.call(NODE, "grade", prompt, {"query": query, "items": inputs_items}, log)
+    reply, usage = deps.call(NODE, "grade", prompt, {"query": query, "items": inputs_items}, log,
+                             iteration=iteration)
     parsed = parse_grades(reply.text, len(items)) if reply else None
     if parsed is None:
         log.log_audit("grader_parse_failed", level="warning", items=len(items), fallback=PARSE_FAILURE_SCORE,
@@ -86,11 +88,18 @@ def make_grade(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
         usages: list[UsageRecord] = []
         parse_ok = True
         new_from = len(previous)
+        shadow: dict[str, Any] | None = None
         if rule is not None:
             decision: Decision = auto_approve(len(context), rule)
             log.log_audit("fast_path_hit", rule_name=rule, path_type="grader_prefilter", items=len(context))
+            if deps.shadow_grading:
+                # Record what the grader would have said, for replay at other thresholds. Not part
+                # of the run: its scores decide nothing and its usage is kept apart.
+                quiet = AuditLog(NODE)
+                fresh, shadow_usage, _ = _grade(deps, query, context[new_from:], quiet, iteration - 1)
+                shadow = {"scores": previous + fresh, "usage": shadow_usage}
         else:
-            fresh, usages, parse_ok = _grade(deps, query, context[new_from:], log)
+            fresh, usages, parse_ok = _grade(deps, query, context[new_from:], log, iteration - 1)
             decision = decide(previous + fresh, floor=cfg.relevance_floor,
                               generate_threshold=cfg.generate_threshold, aggregator=cfg.aggregator)
         for i in decision.dropped:
@@ -120,6 +129,8 @@ def make_grade(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             "dropped": [context[i]["id"] for i in decision.dropped],
             "capped": at_cap,
             "thresholds": cfg.thresholds() | {"aggregator": cfg.aggregator},
+            "grader_tokens": sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages),
+            "shadow": shadow,
         }
         return {
             "context": [context[i] for i in decision.kept],

@@ -110,7 +110,7 @@ def make_plan(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
         inputs = {"query": query, "routing_plan": routing, "refine": refine, "top_k": top_k,
                   "context": state.get("context", []), "tool_history": state.get("tool_history", []),
                   "available_tools": available}
-        reply, usage = deps.call(NODE, "plan", prompt, inputs, log)
+        reply, usage = deps.call(NODE, "plan", prompt, inputs, log, iteration=state.get("iteration", 0))
         calls = parse_plan(reply.text, available) if reply else None
         if calls is None:
             calls = fallback_calls(reply.text if reply else "", query, routing, top_k)

@@ -31,7 +31,8 @@ def make_synthesize(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             kind = "normal" if state.get("mode") == "normal" else "chitchat"
             template = NORMAL if kind == "normal" else CHITCHAT
             reply, record = deps.call(NODE, "synthesize", template.format(history=history, query=query),
-                                      {"query": query, "kind": kind, "evidence": []}, log)
+                                      {"query": query, "kind": kind, "evidence": []}, log,
+                                      iteration=state.get("iteration", 0))
             usage.append(record)
             body = strip_stats_blocks(reply.text).strip() if reply else "Sorry, the model is unavailable right now."
         elif not context:
@@ -43,7 +44,7 @@ def make_synthesize(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             inputs = {"query": query, "kind": "answer", "history": state.get("history") or [],
                       "evidence": [{"n": n, "text": i["text"], "path": i.get("path"), "title": i.get("title")}
                                    for n, i in enumerate(context, 1)]}
-            reply, record = deps.call(NODE, "synthesize", prompt, inputs, log)
+            reply, record = deps.call(NODE, "synthesize", prompt, inputs, log, iteration=state.get("iteration", 0))
             usage.append(record)
             if reply is None:
                 body, cited = MODEL_FAILED_ANSWER.format(errors="see the audit log"), context

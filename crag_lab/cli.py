@@ -1,0 +1,168 @@
+"""``crag-lab``: index a knowledge base, ask it questions, run the demo, evaluate.
+
+    crag-lab index data/kb
+    crag-lab ask "How do I rotate the gateway certificates?" --kb data/kb
+    crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEMO_ROUTES = ("chitchat", "simple", "GENERATE", "REFINE or RE_RETRIEVE", "unanswerable")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from crag_lab.config import CragConfig
+
+    overrides = {k: v for k, v in {
+        "relevance_floor": getattr(args, "floor", None),
+        "generate_threshold": getattr(args, "generate", None),
+        "vector_score_threshold": getattr(args, "vector_threshold", None),
+        "max_iterations": getattr(args, "max_iterations", None),
+        "top_k": getattr(args, "top_k", None),
+    }.items() if v is not None}
+    return CragConfig(**overrides)
+
+
+def _lab(args: argparse.Namespace) -> Any:
+    from crag_lab.lab import Lab
+
+    return Lab.from_directory(args.kb, config=_config(args), audit_path=getattr(args, "audit", None))
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from crag_lab.embeddings import default_embed_model
+    from crag_lab.kb import KnowledgeBase
+
+    kb = KnowledgeBase.build(args.kb, embed_model=default_embed_model(), cache_dir=args.cache_dir)
+    report = dict(kb.build_report)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def _print_result(result: Any, *, show_path: bool = True) -> None:
+    print(result.answer)
+    if show_path:
+        print(f"\npath: {' → '.join(result.path)}   route: {result.route}   "
+              f"model calls: {result.llm_calls}   tokens: {result.tokens}")
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    lab = _lab(args)
+    result = lab.ask(args.question, mode=args.mode)
+    if args.json:
+        print(json.dumps({"answer": result.answer, "path": result.path, "route": result.route,
+                          "llm_calls": result.llm_calls, "tokens": result.tokens, "audit": result.audit},
+                         indent=2, ensure_ascii=False, default=str))
+    else:
+        _print_result(result)
+    return 0
+
+
+def load_queries(path: str | Path) -> list[dict[str, Any]]:
+    """The labelled questions of a JSONL file, one object per line."""
+    rows = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise SystemExit(f"{path}:{n}: not valid JSON ({exc})") from None
+    return rows
+
+
+def pick_demo(lab: Any, queries: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any], Any]]:
+    """One labelled question per route, found by running candidates until each route is shown."""
+    picked: dict[str, tuple[dict[str, Any], Any]] = {}
+
+    def want(route: str, rows: Sequence[dict[str, Any]], accept: Any) -> None:
+        for row in rows:
+            if route in picked:
+                return
+            result = lab.ask(row["question"])
+            if accept(result):
+                picked[route] = (row, result)
+
+    answerable = [q for q in queries if q.get("answerable", True)]
+    want("chitchat", [q for q in answerable if q["complexity"] == "chitchat"], lambda r: r.route == "chitchat")
+    want("simple", [q for q in answerable if q["complexity"] == "simple"], lambda r: r.route == "simple")
+    complex_rows = [q for q in answerable if q["complexity"] == "complex"]
+    want("GENERATE", complex_rows, lambda r: [x["action"] for x in r.state.get("rounds", [])] == ["GENERATE"])
+    want("REFINE or RE_RETRIEVE", complex_rows,
+         lambda r: any(x["action"] in ("REFINE", "RE_RETRIEVE") for x in r.state.get("rounds", [])))
+    want("unanswerable", [q for q in queries if not q.get("answerable", True)], lambda r: True)
+    return [(route, *picked[route]) for route in DEMO_ROUTES if route in picked]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    lab = _lab(args)
+    report = dict(lab.kb.build_report) if lab.kb is not None else {}
+    print(f"Knowledge base {args.kb}: {report.get('files_total', '?')} files, {report.get('chunks_total', '?')} chunks "
+          f"({report.get('chunks_embedded', 0)} embedded now, {report.get('chunks_reused', 0)} reused)\n")
+    for route, row, result in pick_demo(lab, load_queries(args.queries)):
+        print("=" * 100)
+        print(f"[{route}]  {row['id']}: {row['question']}")
+        print("-" * 100)
+        _print_result(result)
+        print()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crag-lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def thresholds(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--floor", type=float, help="relevance_floor (default 0.3)")
+        p.add_argument("--generate", type=float, help="generate_threshold (default 0.7)")
+        p.add_argument("--vector-threshold", type=float, help="vector_score_threshold (default 0.8)")
+        p.add_argument("--max-iterations", type=int)
+        p.add_argument("--top-k", type=int)
+        p.add_argument("--audit", help="append every audit event to this JSONL file")
+
+    p = sub.add_parser("index", help="build or update the persisted index of a knowledge base")
+    p.add_argument("kb")
+    p.add_argument("--cache-dir")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("ask", help="answer one question")
+    p.add_argument("question")
+    p.add_argument("--kb", default="data/kb")
+    p.add_argument("--mode", default="knowledge_base", choices=["knowledge_base", "normal", "naive_rag"])
+    p.add_argument("--json", action="store_true", help="print the answer, path and audit trail as JSON")
+    thresholds(p)
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("demo", help="answer one labelled question per route, offline")
+    p.add_argument("--kb", default="data/kb")
+    p.add_argument("--queries", default="data/kb_queries.jsonl")
+    thresholds(p)
+    p.set_defaults(func=cmd_demo)
+
+    try:
+        from crag_lab.eval.cli import add_eval_parser
+    except ImportError:
+        pass
+    else:
+        add_eval_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"crag-lab: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""Record a query set once; replay its grading rounds at other thresholds without any model call.
+
+`Lab.run` produces an `Experiment`: per query, the path through the graph, every grading round
+(items with provenance, tool, vector score, grader score, the pre-filter rule, the action, the
+thresholds in force), model calls, tokens and latency per node, the answer and its citations.
+
+`Experiment.replay` re-decides every recorded round with the same pure functions the graph uses
+(`crag_lab.decisions`). It is exact for every round the recording contains; where a changed decision
+would lead the run somewhere the recording never went (another REFINE round, a RE_RETRIEVE that did
+not happen), replay says so (``outcome == "needs_rerun"``) instead of guessing: `Lab.rerun` runs
+the real graph for those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crag_lab import decisions
+from crag_lab.config import CragConfig
+
+SCHEMA_VERSION = 1
+FINAL_OUTCOMES = ("chitchat", "simple", "GENERATE", "capped", "needs_rerun", "other")
+
+
+def _round_decision(rnd: Mapping[str, Any], config: CragConfig) -> tuple[decisions.Decision | None, str | None]:
+    """Re-decide one recorded round; None when the grader scores it would need were never recorded."""
+    items = rnd["items"]
+    rule = decisions.prefilter_rule(
+        round_tools=rnd["round_tools"],
+        item_tools=[i["tool"] for i in items],
+        item_vector_scores=[i.get("vector_score") for i in items],
+        auto_approve_max_items=config.auto_approve_max_items,
+        vector_score_threshold=config.vector_score_threshold,
+    )
+    if rule is not None:
+        return decisions.auto_approve(len(items), rule), None
+    if rnd.get("rule") is None:
+        scores = [float(i["grader_score"]) for i in items]
+    elif rnd.get("shadow"):
+        scores = [float(s) for s in rnd["shadow"]["scores"]]
+    else:
+        return None, "the pre-filter skipped the grader when recorded and no shadow grades were kept"
+    return decisions.decide(scores, floor=config.relevance_floor, generate_threshold=config.generate_threshold,
+                            aggregator=config.aggregator), None
+
+
+def _grader_cost(rnd: Mapping[str, Any]) -> tuple[int, int]:
+    """Calls and tokens the grader spends on this round when it is not skipped."""
+    if rnd.get("rule") is None:
+        return int(rnd.get("grader_calls", 0)), int(rnd.get("grader_tokens", 0))
+    shadow = rnd.get("shadow") or {}
+    usage = shadow.get("usage", [])
+    return len(usage), sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage)
+
+
+@dataclass
+class QueryReplay:
+    """What one query would do at the replayed thresholds."""
+
+    id: str
+    query: str
+    complexity: str | None
+    recorded_outcome: str
+    outcome: str
+    first_action: str | None
+    recorded_first_action: str | None
+    actions: list[str]
+    recorded_actions: list[str]
+    flipped_rounds: list[int]
+    fast_path_gained: list[str]
+    fast_path_lost: list[str]
+    items_kept: int
+    items_dropped: int
+    recorded_items_kept: int
+    recorded_items_dropped: int
+    calls_delta: int
+    tokens_delta: int
+    calls_delta_is_lower_bound: bool
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.actions != self.recorded_actions or self.outcome != self.recorded_outcome
+
+
+@dataclass
+class ReplayReport:
+    """Replay of a whole experiment at one config, with the totals the dashboard shows."""
+
+    config: CragConfig
+    queries: list[QueryReplay] = field(default_factory=list)
+
+    def outcome_counts(self) -> dict[str, int]:
+        counts = Counter(q.outcome for q in self.queries)
+        return {k: counts.get(k, 0) for k in FINAL_OUTCOMES if counts.get(k, 0) or k in ("GENERATE",)}
+
+    def first_action_counts(self) -> dict[str, int]:
+        """Complex queries by the action of their first grading round (exact for every query)."""
+        counts = Counter(q.first_action for q in self.queries if q.first_action is not None)
+        return {a: counts.get(a, 0) for a in ("GENERATE", "REFINE", "RE_RETRIEVE")}
+
+    def route_counts(self) -> dict[str, int]:
+        """Every query by route: chitchat, simple, or its first grading action."""
+        counts = Counter(
+            q.first_action if q.first_action is not None else (q.complexity or "other") for q in self.queries
+        )
+        return {r: counts.get(r, 0) for r in ("chitchat", "simple", "GENERATE", "REFINE", "RE_RETRIEVE")}
+
+    @property
+    def flipped(self) -> list[QueryReplay]:
+        return [q for q in self.queries if q.changed]
+
+    @property
+    def needs_rerun(self) -> list[QueryReplay]:
+        return [q for q in self.queries if q.outcome == "needs_rerun"]
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "queries": len(self.queries),
+            "decisions_flipped": sum(len(q.flipped_rounds) for q in self.queries),
+            "queries_changed": len(self.flipped),
+            "fast_path_gained": sum(len(q.fast_path_gained) for q in self.queries),
+            "fast_path_lost": sum(len(q.fast_path_lost) for q in self.queries),
+            "items_kept": sum(q.items_kept for q in self.queries),
+            "items_dropped": sum(q.items_dropped for q in self.queries),
+            "calls_delta": sum(q.calls_delta for q in self.queries),
+            "tokens_delta": sum(q.tokens_delta for q in self.queries),
+            "needs_rerun": len(self.needs_rerun),
+        }
+
+    def limits(self) -> str:
+        """What this replay cannot know, in plain words."""
+        n = len(self.needs_rerun)
+        if not n:
+            return "Every decision of this replay is exact: no query leaves the recorded rounds."
+        return (
+            f"{n} quer{'y' if n == 1 else 'ies'} would continue past what was recorded (a new REFINE or "
+            "RE_RETRIEVE round, or more rounds under a higher max_iterations): the evidence those rounds "
+            "would retrieve and its grades are unknown, so their final outcome and the exact calls are "
+            "not replayable. Call lab.rerun(query, config) to run the real graph for them."
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        return [
+            {"id": q.id, "query": q.query, "recorded": q.recorded_outcome, "replayed": q.outcome,
+             "actions": " → ".join(q.actions), "recorded_actions": " → ".join(q.recorded_actions),
+             "calls_delta": q.calls_delta, "note": q.note}
+            for q in self.queries
+        ]
+
+
+def _outcome(record: Mapping[str, Any]) -> str:
+    complexity = record.get("complexity")
+    rounds = record.get("rounds", [])
+    if complexity in ("chitchat", "simple") or not rounds:
+        return str(complexity or "other")
+    last = rounds[-1]
+    if last["action"] == "GENERATE":
+        return "GENERATE"
+    return "capped" if last["capped"] else "other"
+
+
+def replay_record(record: Mapping[str, Any], config: CragConfig) -> QueryReplay:
+    """Replay one recorded query at ``config`` (see the module docstring for what is exact)."""
+    rounds = list(record.get("rounds", []))
+    recorded_outcome = _outcome(record)
+    recorded_actions = [r["action"] for r in rounds]
+    base = {
+        "id": str(record.get("id")), "query": record["query"], "complexity": record.get("complexity"),
+        "recorded_outcome": recorded_outcome, "recorded_actions": recorded_actions,
+        "recorded_first_action": recorded_actions[0] if recorded_actions else None,
+        "recorded_items_kept": sum(len(r["kept"]) for r in rounds),
+        "recorded_items_dropped": sum(len(r["dropped"]) for r in rounds),
+    }
+    if not rounds:
+        return QueryReplay(**base, outcome=recorded_outcome, first_action=None, actions=[], flipped_rounds=[],
+                           fast_path_gained=[], fast_path_lost=[], items_kept=0, items_dropped=0,
+                           calls_delta=0, tokens_delta=0, calls_delta_is_lower_bound=False)
+    actions: list[str] = []
+    flipped: list[int] = []
+    gained: list[str] = []
+    lost: list[str] = []
+    kept = dropped = calls = tokens = 0
+    outcome, note, lower_bound = recorded_outcome, "", False
+    for k, rnd in enumerate(rounds):
+        decision, why_not = _round_decision(rnd, config)
+        if decision is None:
+            outcome, note, lower_bound = "needs_rerun", why_not or "", True
+            break
+        actions.append(decision.action)
+        kept, dropped = kept + len(decision.kept), dropped + len(decision.dropped)
+        if decision.action != rnd["action"]:
+            flipped.append(int(rnd["iteration"]))
+        if decision.rule != rnd.get("rule"):
+            if decision.rule is not None:
+                gained.append(decision.rule)
+            if rnd.get("rule") is not None:
+                lost.append(str(rnd["rule"]))
+        grader_calls, grader_tokens = _grader_cost(rnd)
+        if decision.rule is None and rnd.get("rule") is not None:
+            calls, tokens = calls + grader_calls, tokens + grader_tokens
+        elif decision.rule is not None and rnd.get("rule") is None:
+            calls, tokens = calls - grader_calls, tokens - grader_tokens
+        route = decisions.route_after_grade(decision.action, int(rnd["iteration"]), config.max_iterations)
+        recorded_route = (
+            "synthesize" if k == len(rounds) - 1
+            else decisions.route_after_grade(rnd["action"], int(rnd["iteration"]), int(rnd["thresholds"]["max_iterations"]))
+        )
+        same_context = tuple(decision.kept) == tuple(i for i, item in enumerate(rnd["items"]) if item["id"] in rnd["kept"])
+        if route == "synthesize":
+            later = [u for u in record.get("usage", [])
+                     if u["node"] != "synthesize" and u.get("iteration", 0) >= int(rnd["iteration"])]
+            calls -= len(later)
+            tokens -= sum(u["prompt_tokens"] + u["completion_tokens"] for u in later)
+            if k < len(rounds) - 1:
+                note = f"stops at round {rnd['iteration']} instead of {rounds[-1]['iteration']}"
+            outcome = "GENERATE" if decision.action == "GENERATE" else "capped"
+            break
+        if route != recorded_route:
+            outcome, lower_bound = "needs_rerun", True
+            calls += 2 if route == "plan" else 3  # at least plan + grade (and analyze for RE_RETRIEVE)
+            note = f"round {rnd['iteration']} would go to {route}; the recording never went there"
+            break
+        if not same_context:
+            outcome, lower_bound = "needs_rerun", True
+            note = f"round {rnd['iteration']} keeps different items, so later rounds would see other evidence"
+            break
+    return QueryReplay(**base, outcome=outcome, first_action=actions[0] if actions else None, actions=actions,
+                       flipped_rounds=flipped, fast_path_gained=gained, fast_path_lost=lost, items_kept=kept,
+                       items_dropped=dropped, calls_delta=calls, tokens_delta=tokens,
+                       calls_delta_is_lower_bound=lower_bound, note=note)
+
+
+@dataclass
+class Experiment:
+    """Recorded runs of a query set under one config. Save, load, replay."""
+
+    config: CragConfig
+    records: list[dict[str, Any]]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+    def replay(self, config: CragConfig | Mapping[str, Any] | None = None, **changes: Any) -> ReplayReport:
+        """Re-decide every recorded round at ``config`` (or the recorded config with ``changes``).
+
+        No model is called. ``exp.replay(relevance_floor=0.5)`` is the same as
+        ``exp.replay(exp.config.model_copy(update={"relevance_floor": 0.5}))``.
+        """
+        if config is None:
+            config = CragConfig(**(self.config.model_dump() | changes))
+        elif isinstance(config, Mapping):
+            config = CragConfig(**(self.config.model_dump() | dict(config) | changes))
+        return ReplayReport(config, [replay_record(r, config) for r in self.records])
+
+    # ---- aggregates the plots and tables use --------------------------------------------------
+
+    def rounds(self) -> list[dict[str, Any]]:
+        """Every grading round of every query, each with its query id."""
+        return [{**rnd, "query_id": rec["id"]} for rec in self.records for rnd in rec.get("rounds", [])]
+
+    def graded_items(self) -> list[dict[str, Any]]:
+        """One row per item graded by the model (first grading of each item), with gold labels if known."""
+        rows = []
+        for rec in self.records:
+            gold = set(rec.get("labels", {}).get("gold_ids", []))
+            gold_paths = set(rec.get("labels", {}).get("gold_paths", []))
+            seen: set[str] = set()
+            for rnd in rec.get("rounds", []):
+                scores = [i["grader_score"] for i in rnd["items"]] if rnd.get("rule") is None else (
+                    (rnd.get("shadow") or {}).get("scores"))
+                for i, item in enumerate(rnd["items"]):
+                    if item["id"] in seen or scores is None:
+                        continue
+                    seen.add(item["id"])
+                    is_gold = (item["id"] in gold or item.get("path") in gold_paths) if (gold or gold_paths) else None
+                    rows.append({"query_id": rec["id"], "id": item["id"], "path": item.get("path"),
+                                 "tool": item["tool"], "vector_score": item.get("vector_score"),
+                                 "grader_score": scores[i], "gold": is_gold, "shadow": rnd.get("rule") is not None})
+        return rows
+
+    def vector_scores(self) -> list[float]:
+        return [i["vector_score"] for r in self.rounds() for i in r["items"] if i.get("vector_score") is not None]
+
+    def calls_per_query(self) -> list[int]:
+        return [len(r.get("usage", [])) for r in self.records]
+
+    def fast_path_counts(self) -> dict[str, int]:
+        counts = Counter(r["rule"] for r in self.rounds() if r.get("rule"))
+        for rec in self.records:
+            if rec.get("complexity") in ("chitchat", "simple"):
+                counts[str(rec["complexity"])] += 1
+        return dict(counts)
+
+    def record(self, query_id: str) -> dict[str, Any]:
+        for rec in self.records:
+            if str(rec["id"]) == str(query_id):
+                return rec
+        raise KeyError(f"no query with id {query_id!r} in this experiment")
+
+    # ---- persistence ----------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write JSONL: a header line (schema, config, meta), then one line per query."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"schema": SCHEMA_VERSION, "kind": "crag_lab.experiment",
+                                 "config": self.config.model_dump(), "meta": self.meta}, sort_keys=True) + "\n")
+            for rec in self.records:
+                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Experiment:
+        """Read what `save` wrote; a file of another kind or schema raises ``ValueError``."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        if not lines:
+            raise ValueError(f"{path} is empty; expected a crag_lab experiment written by Experiment.save")
+        header = json.loads(lines[0])
+        if header.get("kind") != "crag_lab.experiment" or header.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"{path} is not a crag_lab experiment of schema {SCHEMA_VERSION} (header: {lines[0][:120]})")
+        return cls(CragConfig(**header["config"]), [json.loads(line) for line in lines[1:] if line.strip()],
+                   header.get("meta", {}))
+
+
+def make_record(query_id: str, query: str, state: Mapping[str, Any], *, labels: Mapping[str, Any] | None = None,
+                node_ms: Sequence[tuple[str, float]] = (), latency_ms: float = 0.0) -> dict[str, Any]:
+    """The JSON-ready record of one run (the schema `Experiment.save` writes)."""
+    return {
+        "id": query_id,
+        "query": query,
+        "labels": dict(labels or {}),
+        "mode": state.get("mode"),
+        "complexity": (state.get("routing_plan") or {}).get("complexity"),
+        "routing_plan": state.get("routing_plan"),
+        "path": list(state.get("path", [])),
+        "rounds": list(state.get("rounds", [])),
+        "tool_history": list(state.get("tool_history", [])),
+        "usage": list(state.get("usage", [])),
+        "node_ms": [[n, round(ms, 3)] for n, ms in node_ms],
+        "latency_ms": round(latency_ms, 3),
+        "answer": state.get("answer", ""),
+        "citations": [{k: c.get(k) for k in ("id", "path", "line", "line_end", "tool")} for c in state.get("citations", [])],
+        "audit_events": Counter(e["event"] for e in state.get("audit", [])),
+    }
+
+
+def query_rows(queries: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Normalise a query set: strings get ids ``q001...``; dicts keep ``id``, ``question`` and labels."""
+    rows = []
+    for n, q in enumerate(queries, 1):
+        if isinstance(q, str):
+            rows.append({"id": f"q{n:03d}", "question": q, "labels": {}})
+        else:
+            question = q.get("question") or q.get("query")
+            if not isinstance(question, str):
+                raise ValueError(f"query #{n} has no 'question' text: {dict(q)!r}")
+            labels = {k: v for k, v in q.items() if k not in ("id", "question", "query")}
+            gold = labels.get("gold", [])
+            labels["gold_paths"] = sorted({str(g).split(":L")[0] for g in gold})
+            rows.append({"id": str(q.get("id", f"q{n:03d}")), "question": question, "labels": labels})
+    return rows
