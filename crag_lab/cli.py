@@ -41,8 +41,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from crag_lab.kb import KnowledgeBase
 
     kb = KnowledgeBase.build(args.kb, embed_model=default_embed_model(), cache_dir=args.cache_dir)
-    report = dict(kb.build_report)
-    print(json.dumps(report, indent=2, default=str))
+    print(json.dumps(dict(kb.build_report or {}), indent=2, default=str))
     return 0
 
 
@@ -103,7 +102,7 @@ def pick_demo(lab: Any, queries: Sequence[dict[str, Any]]) -> list[tuple[str, di
 
 def cmd_demo(args: argparse.Namespace) -> int:
     lab = _lab(args)
-    report = dict(lab.kb.build_report) if lab.kb is not None else {}
+    report = dict(lab.kb.build_report or {}) if lab.kb is not None else {}
     print(f"Knowledge base {args.kb}: {report.get('files_total', '?')} files, {report.get('chunks_total', '?')} chunks "
           f"({report.get('chunks_embedded', 0)} embedded now, {report.get('chunks_reused', 0)} reused)\n")
     for route, row, result in pick_demo(lab, load_queries(args.queries)):

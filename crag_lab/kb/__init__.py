@@ -1,0 +1,44 @@
+"""Knowledge bases: a folder of Markdown/text files, chunked by lines and indexed with FAISS + BM25.
+
+>>> from crag_lab.kb import KnowledgeBase
+>>> kb = KnowledgeBase.build("docs")  # doctest: +SKIP
+>>> kb.vector_retriever(top_k=3).retrieve("how do I install it?")  # doctest: +SKIP
+"""
+
+from crag_lab.kb._documents import (
+    TEXT_EXTENSIONS,
+    Chunk,
+    ChunkSettings,
+    Documents,
+    LoadWarning,
+    load_documents,
+)
+from crag_lab.kb._errors import (
+    EmbeddingModelMismatchError,
+    EmptyKnowledgeBaseError,
+    FileNotInKnowledgeBaseError,
+    IndexCorruptError,
+    IndexMissingError,
+    KnowledgeBaseError,
+    PathOutsideKnowledgeBaseError,
+)
+from crag_lab.kb.index import BuildReport, KnowledgeBase, Passage
+
+__all__ = [
+    "TEXT_EXTENSIONS",
+    "BuildReport",
+    "Chunk",
+    "ChunkSettings",
+    "Documents",
+    "EmbeddingModelMismatchError",
+    "EmptyKnowledgeBaseError",
+    "FileNotInKnowledgeBaseError",
+    "IndexCorruptError",
+    "IndexMissingError",
+    "KnowledgeBase",
+    "KnowledgeBaseError",
+    "LoadWarning",
+    "Passage",
+    "PathOutsideKnowledgeBaseError",
+    "load_documents",
+]

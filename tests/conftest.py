@@ -1,0 +1,82 @@
+"""Fixtures shared by the test modules. Keep each one small and documented."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+
+# --- embedding models -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def embed_model() -> BaseEmbedding:
+    """The bundled all-MiniLM-L6-v2 (loaded once per session: it takes seconds)."""
+    from crag_lab.embeddings import default_embed_model
+
+    return default_embed_model()
+
+
+class HashEmbedding(BaseEmbedding):
+    """A deterministic bag-of-words embedding (hashed words), for tests that only need *a* model.
+
+    Instant to create and to run, so a subprocess or a 500-chunk index costs nothing; similar
+    texts still get similar vectors. Importable from a subprocess: ``from conftest import ...``.
+    """
+
+    dim: int = 64
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__(model_name=f"hash-{dim}", dim=dim)
+
+    def _vector(self, text: str) -> Embedding:
+        vector = [0.0] * self.dim
+        for word in re.findall(r"\w+", text.lower()):
+            vector[zlib.crc32(word.encode()) % self.dim] += 1.0
+        return vector
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._vector(query)
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._vector(text)
+
+
+@pytest.fixture
+def hash_embed_model() -> HashEmbedding:
+    """A fresh ``HashEmbedding`` (see its docstring)."""
+    return HashEmbedding()
+
+
+# --- knowledge-base folders -----------------------------------------------------------------
+
+FileTree = Mapping[str, str | bytes]
+
+
+def write_tree(root: Path, files: FileTree) -> Path:
+    """Write ``{relative path: text or bytes}`` under ``root`` (text as UTF-8, as given) and return ``root``."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8", newline="")
+    return root
+
+
+@pytest.fixture
+def make_kb(tmp_path: Path) -> Callable[..., Path]:
+    """``make_kb({"a.md": "# A\\n..."})`` writes a knowledge-base folder in ``tmp_path`` and returns it."""
+
+    def make(files: FileTree, name: str = "kb") -> Path:
+        return write_tree(tmp_path / name, files)
+
+    return make
