@@ -12,14 +12,24 @@ from crag_lab.prompts import NO_EVIDENCE_ANSWER, cite_location
 
 STATS_HEADER = "📊 **LLM Usage Stats:**"
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
-_FOOTER_LINE = re.compile(r"^\s*(?:\*\*)?(?:sources?|references?|citations?)(?:\*\*)?\s*:?\s*(?:\*\*)?\s*$|^\s*\[\d{1,3}\]\s+\S+\s*$",
-                          re.IGNORECASE)
+_TRAILING_ENTRY = re.compile(r"^\s*\[\d{1,3}\]\s+\S+\s*$")
+# A source-list entry the model wrote (or quoted from a document): a footnote number at the start
+# of a line followed by a location (``[7] secrets/keys.md:L1``, ``- [2] a.md``). It is removed wherever
+# it appears, with "Sources:" titles, so a forged footer cannot pose as a citation.
+_LOCATION = r"(?:\S*/\S*|\S+\.[A-Za-z]\w{0,7}(?::L\d+(?:-L\d+)?)?|\S+:L\d+(?:-L\d+)?)"
+_SOURCE_ENTRY = re.compile(rf"^[ \t]*(?:[-*][ \t]+)?\[\d{{1,3}}\][ \t]+{_LOCATION}(?=\s|$)", re.MULTILINE)
+_SOURCES_TITLE = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*)?(?:sources?|references?|citations?)(?:\*\*)?\s*:?\s*(?:\*\*)?\s*$", re.IGNORECASE
+)
+_SENTINEL = re.compile("\x00(\\d+)\x01")
 
 
 def _strip_model_footer(text: str) -> str:
-    """Drop a sources list the model wrote itself (trailing ``[N] path`` lines and their header)."""
-    lines = text.rstrip().split("\n")
-    while lines and (_FOOTER_LINE.match(lines[-1]) or not lines[-1].strip()):
+    """Drop source lists the model wrote itself: ``[N] path`` entries and ``Sources:`` titles anywhere,
+    and trailing ``[N] x`` lines."""
+    text = _SOURCE_ENTRY.sub("", text)
+    lines = [line for line in text.rstrip().split("\n") if not _SOURCES_TITLE.match(line)]
+    while lines and (_TRAILING_ENTRY.match(lines[-1]) or not lines[-1].strip()):
         lines.pop()
     return "\n".join(lines)
 
@@ -35,7 +45,7 @@ def finalize_answer(text: str, items: Sequence[Mapping[str, Any]]) -> tuple[str,
     >>> body, [c["path"] for c in cited]
     ('Port 8443 [1].', ['b.md'])
     """
-    body = _strip_model_footer(strip_stats_blocks(text)).strip()
+    body = _strip_model_footer(strip_stats_blocks(text)).strip().replace("\x00", "").replace("\x01", "")
     order: dict[int, int] = {}
 
     def renumber(match: re.Match[str]) -> str:
@@ -44,10 +54,13 @@ def finalize_answer(text: str, items: Sequence[Mapping[str, Any]]) -> tuple[str,
             n = int(part)
             if 1 <= n <= len(items):
                 order.setdefault(n, len(order) + 1)
-                out.append(f"[{order[n]}]")
+                out.append(f"\x00{order[n]}\x01")  # a sentinel, so the next step cannot see it as a marker
         return "".join(out)
 
     body = _MARKER.sub(renumber, body)
+    # Removing a marker can join its neighbours into a new one ("[[9]1]" -> "[1]"): that is no citation.
+    body = _MARKER.sub(lambda m: f"({m.group(1)})", body)
+    body = _SENTINEL.sub(r"[\1]", body)
     body = re.sub(r"[ \t]+([.,;:])", r"\1", body).strip()
     cited = [items[n - 1] for n in sorted(order, key=order.__getitem__)]
     return body, cited

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Grading = Literal["batch", "per_item"]
+
+
+def steps_needed(max_iterations: int) -> int:
+    """Graph steps of the longest run: every round a RE_RETRIEVE (analyze, plan, tool_exec, grade), then synthesize."""
+    return 4 * max_iterations + 1
 Aggregator = Literal["mean", "max", "any_above"]
 
 
@@ -49,10 +54,32 @@ class CragConfig(BaseSettings):
     aggregator: Aggregator = Field(
         "mean", description="How surviving scores become one number: 'mean' (spec), 'max', 'any_above'."
     )
+    routing: bool = Field(
+        True, description="False: every question takes the full graded pipeline (no chitchat/simple fast paths)."
+    )
+    prefilter: bool = Field(True, description="False: the pre-filter rules never skip the grader.")
     model_retries: int = Field(2, ge=0, le=10, description="Retries after a model exception or timeout.")
     model_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds before a model call times out.")
     retry_backoff_s: float = Field(0.5, ge=0.0, le=60.0, description="First retry delay; doubles each retry.")
-    recursion_limit: int = Field(100, ge=10, le=10_000, description="Passed to every LangGraph invoke/batch.")
+    recursion_limit: int = Field(
+        100,
+        ge=10,
+        le=10_000,
+        description="Passed to every LangGraph invoke/batch; by default max(100, 4 * max_iterations + 10).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_recursion_limit(cls, data: Any) -> Any:
+        """Unless given, the recursion limit grows with max_iterations, so the iteration counter,
+        not LangGraph's limit, is what ends a long loop (each RE_RETRIEVE round is 4 steps)."""
+        if isinstance(data, dict) and data.get("recursion_limit") is None:
+            try:
+                rounds = int(data.get("max_iterations", 3))
+            except (TypeError, ValueError):
+                return data  # the field validator reports the bad max_iterations
+            data = {**data, "recursion_limit": max(100, steps_needed(rounds) + 10)}
+        return data
 
     @model_validator(mode="after")
     def _floor_below_generate(self) -> CragConfig:
@@ -61,7 +88,23 @@ class CragConfig(BaseSettings):
                 f"relevance_floor ({self.relevance_floor}) must be <= generate_threshold "
                 f"({self.generate_threshold}): an item kept at the floor could never make GENERATE possible"
             )
+        if self.recursion_limit < steps_needed(self.max_iterations):
+            raise ValueError(
+                f"recursion_limit ({self.recursion_limit}) is below the {steps_needed(self.max_iterations)} "
+                f"graph steps that max_iterations={self.max_iterations} can take; raise recursion_limit or leave "
+                "it unset"
+            )
         return self
+
+    def with_changes(self, **changes: Any) -> CragConfig:
+        """A validated copy with ``changes`` applied (the recursion limit is re-derived unless given).
+
+        Unlike ``model_copy(update=...)`` this validates, so a slider cannot build an invalid config.
+
+        >>> CragConfig().with_changes(max_iterations=40).recursion_limit
+        171
+        """
+        return type(self)(**(self.model_dump(exclude={"recursion_limit"}) | changes))
 
     def thresholds(self) -> dict[str, float | int]:
         """The values a grading decision depends on, as recorded with every round."""

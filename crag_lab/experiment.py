@@ -36,7 +36,7 @@ def _round_decision(rnd: Mapping[str, Any], config: CragConfig) -> tuple[decisio
         item_vector_scores=[i.get("vector_score") for i in items],
         auto_approve_max_items=config.auto_approve_max_items,
         vector_score_threshold=config.vector_score_threshold,
-    )
+    ) if config.prefilter else None
     if rule is not None:
         return decisions.auto_approve(len(items), rule), None
     if rnd.get("rule") is None:
@@ -257,9 +257,9 @@ class Experiment:
         ``exp.replay(exp.config.model_copy(update={"relevance_floor": 0.5}))``.
         """
         if config is None:
-            config = CragConfig(**(self.config.model_dump() | changes))
+            config = self.config.with_changes(**changes)
         elif isinstance(config, Mapping):
-            config = CragConfig(**(self.config.model_dump() | dict(config) | changes))
+            config = self.config.with_changes(**(dict(config) | changes))
         return ReplayReport(config, [replay_record(r, config) for r in self.records])
 
     # ---- aggregates the plots and tables use --------------------------------------------------

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
+    from crag_lab.dashboard import Dashboard
     from crag_lab.experiment import Experiment
     from crag_lab.kb import KnowledgeBase
 
@@ -232,7 +233,7 @@ class Lab:
     def rerun(self, query: str, config: CragConfig | Mapping[str, Any]) -> AskResult:
         """Run the real graph for one query at another config (what replay cannot know)."""
         if isinstance(config, Mapping):
-            config = CragConfig(**(self.config.model_dump() | dict(config)))
+            config = self.config.with_changes(**config)
         return self.ask(query, config=config)
 
     def ask_many(
@@ -260,6 +261,12 @@ class Lab:
         from crag_lab.drawing import mermaid
 
         return mermaid(self.graph(mode), highlight=highlight)
+
+    def dashboard(self, exp: Experiment) -> Dashboard:
+        """The threshold explorer over a recorded experiment (sliders replay it; no model calls)."""
+        from crag_lab.dashboard import Dashboard
+
+        return Dashboard(self, exp)
 
     def __repr__(self) -> str:
         kb = f"kb={str(self.kb.root)!r}, " if self.kb is not None else ""

@@ -143,6 +143,8 @@ def call_model(
             reply = pool.submit(model.complete, task, prompt, inputs).result(timeout=timeout_s)
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"{type(model).__name__}.complete returned {type(reply).__name__}, not ModelReply")
+            if not isinstance(reply.text, str):
+                raise TypeError(f"{type(model).__name__}.complete returned text of type {type(reply.text).__name__}")
             return CallOutcome(reply, attempt + 1, (time.perf_counter() - start) * 1000, tuple(errors))
         except concurrent.futures.TimeoutError:
             errors.append(f"timeout after {timeout_s:g}s")

@@ -11,8 +11,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import re
 from collections.abc import Collection
 from typing import Any
@@ -23,6 +23,7 @@ _MAX_CANDIDATES = 64
 _MAX_CHARS = 200_000
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 COMPLEXITIES = ("chitchat", "simple", "complex")
+_ANALYSIS_KEYS = frozenset({"query_type", "complexity", "sub_questions", "suggested_tools", "grep_keywords"})
 
 
 def _json_values(text: str, opener: str) -> list[Any]:
@@ -32,33 +33,31 @@ def _json_values(text: str, opener: str) -> list[Any]:
     candidates = [text.strip()] + [m.group(1).strip() for m in _FENCE.finditer(text)]
     for candidate in candidates:
         if candidate.startswith(opener):
-            try:
+            # RecursionError: nesting deeper than the interpreter allows (e.g. "[[[[...")
+            with contextlib.suppress(ValueError, RecursionError):
                 values.append(json.loads(candidate))
-            except ValueError:
-                pass
     if values:
         return values
+    # No clean candidate: scan for every decodable value, so a "[1]" in the prose before the real
+    # answer does not hide it; callers take the first of the shape they need.
     decoder = json.JSONDecoder()
     start = text.find(opener)
     tries = 0
     while start != -1 and tries < _MAX_CANDIDATES:
         tries += 1
         try:
-            value, _ = decoder.raw_decode(text, start)
-            values.append(value)
-            return values
-        except ValueError:
+            value, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
             start = text.find(opener, start + 1)
+            continue
+        values.append(value)
+        start = text.find(opener, end)
     return values
 
 
 def _is_score(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0.0 <= value <= 1.0
-    )
+    # NaN and infinities fail the comparison; huge JSON integers compare without a float conversion.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
 def parse_grades(text: str, n: int) -> list[float] | None:
@@ -111,7 +110,8 @@ def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
     """
     obj: dict[str, Any] = {}
     if isinstance(text, str):
-        obj = next((v for v in _json_values(text, "{") if isinstance(v, dict)), {})
+        dicts = [v for v in _json_values(text, "{") if isinstance(v, dict)]
+        obj = next((d for d in dicts if _ANALYSIS_KEYS & d.keys()), dicts[0] if dicts else {})
     complexity = obj.get("complexity")
     if isinstance(complexity, str):
         complexity = complexity.strip().lower()
@@ -152,7 +152,38 @@ def parse_plan(text: str, known_tools: Collection[str]) -> list[dict[str, Any]] 
     return None
 
 
-_STATS_HEADER = re.compile(r"(?:^|\n)[ \t]*(?:-{3,}[ \t]*\n[ \t]*)?📊[^\n]*LLM Usage Stats.*", re.DOTALL)
+_STATS_TITLE = re.compile(r"LLM\s+Usage\s+Stats", re.IGNORECASE)
+_DECORATION = re.compile(r"[ \t#>*_]*")
+_TITLE_TAIL = re.compile(r"[ \t*_:]*(?:\n|$)")
+_RULE_LINE = re.compile(r"[ \t]*-{3,}[ \t]*")
+_EMOJI_REACH = 40
+
+
+def _stats_header_start(text: str) -> int | None:
+    """Where the first stats header begins, or None.
+
+    A header is "📊" shortly before "LLM Usage Stats" anywhere on a line (a copied or hallucinated
+    block need not start its line), or a line that is only a decorated "LLM Usage Stats" title. It
+    begins at its line's start when only markdown decoration precedes it. Linear in ``text``.
+    """
+    line_start, scanned = 0, 0
+    for match in _STATS_TITLE.finditer(text):
+        newline = text.rfind("\n", scanned, match.start())
+        if newline != -1:
+            line_start = newline + 1
+        scanned = match.start()
+        emoji = text.rfind("📊", max(line_start, match.start() - _EMOJI_REACH), match.start())
+        if emoji != -1:
+            return line_start if _decoration_only(text, line_start, emoji) else emoji
+        if _decoration_only(text, line_start, match.start()) and _TITLE_TAIL.match(text, match.end()):
+            return line_start
+    return None
+
+
+def _decoration_only(text: str, start: int, end: int) -> bool:
+    """True if ``text[start:end]`` is only spaces and markdown marks (``#``, ``>``, ``*``, ``_``)."""
+    match = _DECORATION.match(text, start, end)
+    return match is not None and match.end() == end
 
 
 def strip_stats_blocks(text: str) -> str:
@@ -166,6 +197,11 @@ def strip_stats_blocks(text: str) -> str:
     >>> strip_stats_blocks("Answer.\\n\\n---\\n📊 **LLM Usage Stats:**\\n- API calls: 3")
     'Answer.'
     """
-    if "LLM Usage Stats" not in text:
+    start = _stats_header_start(text)
+    if start is None:
         return text
-    return _STATS_HEADER.sub("", text).rstrip()
+    body = text[:start].rstrip()
+    last_line = body[body.rfind("\n") + 1 :]
+    if _RULE_LINE.fullmatch(last_line):
+        body = body[: len(body) - len(last_line)].rstrip()
+    return body

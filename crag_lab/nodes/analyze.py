@@ -68,6 +68,9 @@ def make_analyze(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             chosen = next_strategies(plan["suggested_tools"], tried, available)
             log.log_audit("strategy_changed", tried=tried, chosen=chosen)
             plan["suggested_tools"] = chosen
+        if not deps.config.routing and plan["complexity"] != "complex":
+            log.log_audit("routing_disabled", was=plan["complexity"], kept="complex")
+            plan["complexity"] = "complex"
         if plan["complexity"] in ("chitchat", "simple"):
             log.log_audit("fast_path_hit", rule_name=plan["complexity"], path_type="complexity_route")
         log.log_audit("routed", complexity=plan["complexity"], suggested_tools=plan["suggested_tools"],

@@ -15,7 +15,7 @@ from crag_lab.decisions import (
     prefilter_rule,
 )
 from crag_lab.nodes._deps import Deps
-from crag_lab.parsing import parse_grades, parse_single_grade
+from crag_lab.parsing import parse_grades, parse_single_grade, strip_stats_blocks
 from crag_lab.prompts import GRADE, GRADE_ONE, render_passage
 from crag_lab.state import AgentState, EvidenceItem, ToolCall, UsageRecord
 
@@ -39,7 +39,9 @@ def _grade(
     """Scores for ``items`` from the model: one batch call, or one call per item under per_item."""
     if not items:
         return [], [], True
-    inputs_items = [{"text": i["text"], "title": i.get("title"), "path": i.get("path")} for i in items]
+    # the same evidence text as the prompt (render_passage): no stats block a document smuggled in
+    inputs_items = [{"text": strip_stats_blocks(i["text"]), "title": i.get("title"), "path": i.get("path")}
+                    for i in items]
     if deps.config.grading == "per_item":
         scores, usages, all_ok = [], [], True
         for item, payload in zip(items, inputs_items, strict=True):
@@ -84,7 +86,7 @@ def make_grade(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             item_vector_scores=vscores,
             auto_approve_max_items=cfg.auto_approve_max_items,
             vector_score_threshold=cfg.vector_score_threshold,
-        )
+        ) if cfg.prefilter else None
         usages: list[UsageRecord] = []
         parse_ok = True
         new_from = len(previous)

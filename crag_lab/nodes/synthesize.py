@@ -42,8 +42,9 @@ def make_synthesize(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
             evidence = "\n\n".join(render_passage(item, n) for n, item in enumerate(context, 1))
             prompt = SYNTHESIZE.format(history=history, evidence=evidence, query=query)
             inputs = {"query": query, "kind": "answer", "history": state.get("history") or [],
-                      "evidence": [{"n": n, "text": i["text"], "path": i.get("path"), "title": i.get("title")}
-                                   for n, i in enumerate(context, 1)]}
+                      # the same evidence text as the prompt: no stats block a document smuggled in
+                      "evidence": [{"n": n, "text": strip_stats_blocks(i["text"]), "path": i.get("path"),
+                                    "title": i.get("title")} for n, i in enumerate(context, 1)]}
             reply, record = deps.call(NODE, "synthesize", prompt, inputs, log, iteration=state.get("iteration", 0))
             usage.append(record)
             if reply is None:

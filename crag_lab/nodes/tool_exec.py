@@ -46,7 +46,7 @@ def split_result(raw: str, tool: str, round_no: int) -> list[EvidenceItem]:
     """
     try:
         value = json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nesting too deep to decode
         value = {"text": str(raw)}
     elements = value if isinstance(value, list) else [value]
     items: list[EvidenceItem] = []
