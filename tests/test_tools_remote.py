@@ -257,6 +257,7 @@ def make_settings(server: _Server, **overrides: Any) -> RemoteSettings:
         "confluence_base_url": f"{server.base}/wiki",
         "confluence_token": TOKEN,
         "allowed_hosts": ["127.0.0.1"],
+        "web_fetch_enabled": True,
         "timeout_s": 2.0,
         "max_bytes": 100_000,
     }
@@ -392,9 +393,9 @@ def test_unconfigured_tools_name_the_variables_to_set() -> None:
         jira({"key": "PAY-142"})
     with pytest.raises(ToolError, match=r"CRAG_CONFLUENCE_BASE_URL .* CRAG_CONFLUENCE_TOKEN"):
         confluence({"page": "12345"})
-    assert [tool.name for tool in configured_remote_tools(settings)] == ["web_fetch"]
+    assert configured_remote_tools(settings) == []  # offline by default: web_fetch is opt-in
+    assert [t.name for t in configured_remote_tools(RemoteSettings(web_fetch_enabled=True))] == ["web_fetch"]
     disabled = RemoteSettings(web_fetch_enabled=False)
-    assert configured_remote_tools(disabled) == []
     with pytest.raises(ToolError, match="CRAG_WEB_FETCH_ENABLED"):
         WebFetch(disabled)({"url": "https://example.org/"})
 

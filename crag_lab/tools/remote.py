@@ -99,7 +99,9 @@ class RemoteSettings(BaseSettings):
         default=None,
         description="Account e-mail: set it for Confluence Cloud API tokens (basic auth); unset for Bearer.",
     )
-    web_fetch_enabled: bool = Field(default=True, description="False makes web_fetch refuse every call.")
+    web_fetch_enabled: bool = Field(
+        default=False, description="Opt-in (offline by default): True lets web_fetch fetch public http(s) pages."
+    )
     allow_private_networks: bool = Field(
         default=False,
         description="Allow loopback/private/link-local targets everywhere (a server on a trusted network).",
