@@ -57,7 +57,8 @@ def build_graph(
     ``knowledge_base`` is the full spec graph; ``normal`` answers from the model alone;
     ``naive_rag`` retrieves top-k with vector_search and synthesizes, with no grading.
     ``shadow_grading`` makes the grader also score rounds the pre-filter skipped (recorded for
-    replay, never used for a decision or counted as a call). Invoke it with an explicit ``recursion_limit`` (``config.recursion_limit``), as `Lab` does.
+    replay, never used for a decision or counted as a call). Invoke it with an explicit
+    ``recursion_limit`` (``config.recursion_limit``), as `Lab` does.
 
     >>> from crag_lab.testing import ScriptedLLM
     >>> g = build_graph(ScriptedLLM({}), [], mode="normal")

@@ -188,7 +188,7 @@ class Lab:
                 node_ms.extend((node, (now - last) * 1000) for node in chunk)
                 last = now
             else:
-                state = chunk
+                state = dict(chunk)  # type: ignore[arg-type]
         return AskResult(query, mode, state["answer"], dict(state), (time.perf_counter() - start) * 1000,
                          tuple(node_ms))
 

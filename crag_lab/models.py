@@ -148,7 +148,7 @@ def call_model(
             return CallOutcome(reply, attempt + 1, (time.perf_counter() - start) * 1000, tuple(errors))
         except concurrent.futures.TimeoutError:
             errors.append(f"timeout after {timeout_s:g}s")
-        except Exception as exc:  # noqa: BLE001 - any model failure degrades the node, never the run
+        except Exception as exc:  # any model failure degrades the node, never the run
             errors.append(f"{type(exc).__name__}: {exc}"[:500])
         finally:
             pool.shutdown(wait=False)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +68,7 @@ class StaticTool:
     one repeats). Items are dicts with ``text``, ``path`` and optionally ``line``, ``line_end``,
     ``score``, ``title``.
 
+    >>> import json
     >>> tool = StaticTool("vector_search", [{"text": "port 8443", "path": "gw.md", "line": 3, "score": 0.9}])
     >>> json.loads(tool({"query": "port"}))[0]["path"]
     'gw.md'
@@ -76,10 +76,11 @@ class StaticTool:
 
     def __init__(self, name: str, items: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]]) -> None:
         self.name = name
-        batches = list(items)
-        if batches and isinstance(batches[0], Mapping):
-            batches = [batches]
-        self._batches = [list(b) for b in batches] or [[]]
+        given: list[Any] = list(items)
+        batches: list[list[Mapping[str, Any]]] = (
+            [given] if given and isinstance(given[0], Mapping) else [list(b) for b in given]
+        )
+        self._batches = batches or [[]]
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, args: Mapping[str, Any]) -> str:

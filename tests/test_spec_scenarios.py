@@ -238,7 +238,7 @@ def test_scenario_answer_with_inline_citations_and_llm_stats() -> None:
     answer = state["answer"]
     assert "8403 [1] and 8413 [2]." in answer
     assert "[1] services/doc0.md:L1\n[2] services/doc1.md:L11" in answer
-    body, stats = answer.split("\n---\n")
+    _body, stats = answer.split("\n---\n")
     assert stats.startswith(STATS_HEADER)
     assert answer.rstrip().endswith(stats.rstrip())  # at the very end
     assert "- API calls: 4" in stats

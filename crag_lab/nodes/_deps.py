@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from crag_lab.audit import AuditLog, JsonlSink
 from crag_lab.config import CragConfig
 from crag_lab.models import CragModel, ModelReply, Task, call_model
-from crag_lab.state import UsageRecord
+from crag_lab.state import AgentState, UsageRecord
 from crag_lab.tools import ToolRegistry
+
+
+class Node(Protocol):
+    """A graph node: reads the state, returns only the keys it changes."""
+
+    def __call__(self, state: AgentState) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from crag_lab.nodes._deps import Deps
+from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_analysis
 from crag_lab.prompts import ANALYZE, render_history
 from crag_lab.state import AgentState, RoutingPlan
@@ -28,7 +27,7 @@ def next_strategies(suggested: list[str], tried: list[str], available: list[str]
     return untried[:1] or suggested
 
 
-def make_analyze(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+def make_analyze(deps: Deps) -> Node:
     def analyze_and_route(state: AgentState) -> dict[str, Any]:
         log = deps.audit(NODE)
         query = state["query"]

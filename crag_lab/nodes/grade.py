@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from crag_lab.audit import AuditLog
@@ -14,7 +14,7 @@ from crag_lab.decisions import (
     decide,
     prefilter_rule,
 )
-from crag_lab.nodes._deps import Deps
+from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_grades, parse_single_grade, strip_stats_blocks
 from crag_lab.prompts import GRADE, GRADE_ONE, render_passage
 from crag_lab.state import AgentState, EvidenceItem, ToolCall, UsageRecord
@@ -69,7 +69,7 @@ def _grade(
     return parsed, [usage], True
 
 
-def make_grade(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+def make_grade(deps: Deps) -> Node:
     def grade_evidence(state: AgentState) -> dict[str, Any]:
         cfg = deps.config
         log = deps.audit(NODE)

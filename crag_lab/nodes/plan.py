@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crag_lab.nodes._deps import Deps
+from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_plan
 from crag_lab.prompts import PLAN, cite_location, compact_json, tool_args_text
 from crag_lab.state import AgentState, RoutingPlan
@@ -93,7 +93,7 @@ def _refine_note(state: AgentState) -> str:
     )
 
 
-def make_plan(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+def make_plan(deps: Deps) -> Node:
     def plan(state: AgentState) -> dict[str, Any]:
         log = deps.audit(NODE)
         query = state["query"]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from crag_lab.citations import finalize_answer, is_abstention, render_footer, render_stats
-from crag_lab.nodes._deps import Deps
+from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.prompts import CHITCHAT, NO_EVIDENCE_ANSWER, NORMAL, SYNTHESIZE, render_history, render_passage
 from crag_lab.state import AgentState, UsageRecord
@@ -17,7 +16,7 @@ MODEL_FAILED_ANSWER = (
 )
 
 
-def make_synthesize(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+def make_synthesize(deps: Deps) -> Node:
     def synthesize(state: AgentState) -> dict[str, Any]:
         log = deps.audit(NODE)
         query = state["query"]

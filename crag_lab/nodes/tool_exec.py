@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from crag_lab.nodes._deps import Deps
+from crag_lab.nodes._deps import Deps, Node
 from crag_lab.state import AgentState, EvidenceItem, ToolCall
 from crag_lab.tools import ToolError
 
@@ -74,7 +74,7 @@ def split_result(raw: str, tool: str, round_no: int) -> list[EvidenceItem]:
     return items
 
 
-def make_tool_exec(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
+def make_tool_exec(deps: Deps) -> Node:
     def tool_exec(state: AgentState) -> dict[str, Any]:
         log = deps.audit(NODE)
         round_no = state.get("iteration", 0) + 1
@@ -94,7 +94,7 @@ def make_tool_exec(deps: Deps) -> Callable[[AgentState], dict[str, Any]]:
                 history.append(ToolCall(tool=name, args=args, round=round_no, ok=False, error=str(message),
                                         item_ids=[], scores=[]))
                 continue
-            except Exception as exc:  # noqa: BLE001 - a crashing tool must not end the run
+            except Exception as exc:  # a crashing tool must not end the run
                 log.log_audit("tool_crashed", level="error", tool=name, args=args,
                               error=f"{type(exc).__name__}: {exc}"[:500])
                 history.append(ToolCall(tool=name, args=args, round=round_no, ok=False,
