@@ -24,6 +24,7 @@ demo: $(STAMP)
 	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
 
 test: $(STAMP)
+	sh scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

@@ -8,7 +8,7 @@ parsers and fallbacks an LLM's would. It reads the structured ``inputs`` rather 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from crag_lab.models import ModelReply, Task, count_tokens
@@ -42,6 +42,15 @@ class OfflineModel:
             self._grader = CalibratedGrader(embed_model=self._embed_model)
         return self._grader
 
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The question (first) and passages as MiniLM vectors, for the synthesizer's abstention test."""
+        if self._embed_model is None:
+            from crag_lab.embeddings import default_embed_model
+
+            self._embed_model = default_embed_model()
+        query, *passages = texts
+        return [self._embed_model.get_query_embedding(query), *self._embed_model.get_text_embedding_batch(passages)]
+
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
         text = self._answer(task, inputs)
         return ModelReply(text, count_tokens(prompt), count_tokens(text))
@@ -65,5 +74,5 @@ class OfflineModel:
                 return synthesizer.chitchat(query)
             if kind == "normal":
                 return synthesizer.NORMAL_ANSWER
-            return synthesizer.answer(query, inputs.get("evidence", []))
+            return synthesizer.answer(query, inputs.get("evidence", []), embed=self._embed)
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -33,6 +33,7 @@ def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
     available = set(inputs.get("available_tools", []))
     suggested = [t for t in routing.get("suggested_tools", []) if t in available] or ["vector_search"]
     keywords = list(routing.get("grep_keywords", []))
+    keyword_k = max(1, (top_k + 1) // 2)
     done = _done(inputs.get("tool_history", []))
     calls: list[dict[str, Any]] = []
 
@@ -40,7 +41,8 @@ def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
         if tool in available and json.dumps({"tool": tool, "args": args}, sort_keys=True) not in done:
             calls.append({"tool": tool, "args": args})
 
-    if inputs.get("refine"):
+    def refined_calls() -> list[dict[str, Any]]:
+        """Searches for what the kept evidence lacks: each sub-question, then the missing words."""
         gaps = missing_terms(query, inputs.get("context", []))
         refined = " ".join(gaps) if gaps else query
         for sub in routing.get("sub_questions", [])[1:]:
@@ -48,9 +50,15 @@ def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
         add("keyword_search", {"query": refined, "top_k": top_k})
         add("vector_search", {"query": refined, "top_k": top_k})
         return calls[:3]
+
+    if inputs.get("refine"):
+        return refined_calls()
     for tool in suggested:
-        if tool in ("vector_search", "keyword_search"):
+        if tool == "vector_search":
             add(tool, {"query": query, "top_k": top_k})
+        elif tool == "keyword_search":
+            # BM25 complements the dense hits; its top few add most of what it can add.
+            add(tool, {"query": query, "top_k": keyword_k if "vector_search" in suggested else top_k})
         elif tool == "grep" and keywords:
             add("grep", {"pattern": "|".join(re.escape(k) for k in keywords)})
         elif tool == "read_file" and (m := _PATH.search(query)):
@@ -59,4 +67,8 @@ def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
             add("jira_fetch", {"key": m.group(0)})
         elif tool == "web_fetch" and (m := _URL.search(query)):
             add("web_fetch", {"url": m.group(0).rstrip(").,;")})
+    if not calls and inputs.get("tool_history"):
+        # A retry whose new strategy has nothing to run (grep without an identifier, say) must still
+        # bring new evidence, or the round would grade nothing.
+        return refined_calls()
     return calls

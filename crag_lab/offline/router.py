@@ -1,6 +1,10 @@
 """The offline router: complexity and tool suggestions from the question's surface form.
 
-Deterministic rules, readable in one screen, so a student can see why a question took its route.
+Deterministic rules, readable in one screen, so a student can see why a question took its route
+(`explain` names the rule). They look at phrasing only, never at topics: small talk and questions
+about the assistant are chitchat; a comparison, a change over time, a second question joined by
+"and", a choice between alternatives or an entity named through another one ("the team that owns
+X") is complex; anything else is one fact, simple.
 """
 
 from __future__ import annotations
@@ -21,21 +25,72 @@ _CHITCHAT = re.compile(
     r"\b[\s\w',!?.:)-]{0,40}$",
     re.IGNORECASE,
 )
-_COMPLEX = re.compile(
-    r"\b(?:compare|comparison|compared|differ(?:ence|ences|ent)?|versus|vs\.?|contrast|"
-    r"changed?|changes|superseded?|supersedes|replaced?|evolv\w*|history of|over time|"
-    r"before and after|both|trade-?offs?|why|explain how|relationship|relate|"
-    r"which (?:team|service|one)s? .{0,40}\b(?:and|also)\b|who (?:leads|owns|runs|is responsible for) the team|"
-    r"the team that|the service that|whoever|lead of the team)\b",
+# Questions about the assistant itself: what it can do in general, which languages it speaks.
+_ABOUT_ASSISTANT = re.compile(
+    r"^\s*(?:can|could|will|would|do) you\s+(?:(?:help|assist)\b.*\b(?:things?|stuff|anything|something|"
+    r"everything|questions?)\b|(?:speak|talk|understand|read|write)\s+\w+\s*\??\s*$)",
     re.IGNORECASE,
 )
-_BETWEEN = re.compile(r"\bbetween\b.+\band\b", re.IGNORECASE)
+_COMPARATIVE = (r"(?:higher|lower|longer|shorter|larger|smaller|bigger|faster|slower|tighter|looser|older|newer|"
+                r"earlier|later|more|less|fewer|better|worse|greater|stricter|cheaper)")
+# Complexity rules, by name, in the order they are tried. Each is about phrasing, never about a topic.
+COMPLEX_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("comparison", re.compile(
+        r"\b(?:compare|comparison|compared|differ(?:ence|ences|ent)?|versus|vs\.?|contrast|trade-?offs?|both)\b",
+        re.IGNORECASE)),
+    ("change_over_time", re.compile(
+        r"\b(?:changed|changes|superseded|supersedes|evolv\w*|history of|over time|before and after)\b|"
+        r"\bhow (?:did|has|have|does|do)\b.{0,80}\bchange\b",
+        re.IGNORECASE)),
+    ("between", re.compile(r"\bbetween\b.+\band\b", re.IGNORECASE)),
+    # A second question joined by "and": ", and which ...", "and at what ...", ", and is that ...".
+    ("two_questions", re.compile(
+        r"\band\s+(?:(?:at|in|on|under|from|to|for|by|with|after|before|until)\s+)?"
+        r"(?:what|which|who|whom|whose|how|when|where|why)\b|"
+        r",\s*and\s+(?:is|are|was|were|does|do|did|can|could|should|must|will|has|have)\b",
+        re.IGNORECASE)),
+    # A choice between alternatives: "which has the longer X, A or B?", "does it do A or B?".
+    ("alternatives", re.compile(
+        rf"\b{_COMPARATIVE}\b[^?]*\bor\b|^\s*(?:does|do|is|are|did|was|were|should|can|will)\b[^?]*\bor\b",
+        re.IGNORECASE)),
+    # An entity named by a relation to another one: "the team that owns X", "the woman who played Y".
+    ("bridge", re.compile(
+        r"\b(?:the|an?)\s+(?!(?:first|last|only|next|same|\w+est)\b)(?:[\w-]+\s+){0,2}?[\w-]+\s+"
+        r"(?:(?:that|who|whose)\s+\w+|responsible for|in charge of)\b|"
+        r"\b(?:explain how|relationship|relate[sd]?)\b",
+        re.IGNORECASE)),
+)
 _ISSUE_KEY = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
+# Exact tokens worth a literal search. Kebab-case names (``api-gateway``) are left to BM25: they
+# are everywhere in a knowledge base, so grepping them floods the context.
 _IDENTIFIER = re.compile(
-    r"`[^`]+`|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b\d{2,5}\b|\b[a-z]+(?:[-_][a-z0-9]+){1,}\b|--[a-z-]+|\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b"
+    r"`[^`]+`|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b\d{2,5}\b|\b[a-z]+(?:_[a-z0-9]+)+\b|--[a-z-]+|"
+    r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b"
 )
 _PATH = re.compile(r"\b[\w./-]+\.(?:md|markdown|txt|rst)\b")
 _SPLIT = re.compile(r"\s*(?:,?\s+and\s+|;\s*|\?\s+)", re.IGNORECASE)
+
+
+def explain(query: str) -> tuple[str, str]:
+    """The complexity and the name of the rule that decided it.
+
+    >>> explain("Which team owns the service on port 7070, and in which channel do I reach them?")
+    ('complex', 'two_questions')
+    >>> explain("Can you speak Dutch?")
+    ('chitchat', 'about_assistant')
+    """
+    text = query.strip()
+    if len(content_terms(text)) <= 6:
+        if _CHITCHAT.match(text):
+            return "chitchat", "small_talk"
+        if _ABOUT_ASSISTANT.match(text):
+            return "chitchat", "about_assistant"
+    for name, pattern in COMPLEX_RULES:
+        if pattern.search(text):
+            return "complex", name
+    if text.count("?") > 1:
+        return "complex", "several_questions"
+    return "simple", "one_fact"
 
 
 def classify(query: str) -> str:
@@ -46,14 +101,7 @@ def classify(query: str) -> str:
     >>> classify("What changed between ADR-0004 and ADR-0009?")
     'complex'
     """
-    text = query.strip()
-    if _CHITCHAT.match(text) and len(content_terms(text)) <= 6:
-        return "chitchat"
-    if _COMPLEX.search(text) or _BETWEEN.search(text):
-        return "complex"
-    if text.count("?") > 1:
-        return "complex"
-    return "simple"
+    return explain(query)[0]
 
 
 def identifiers(query: str) -> list[str]:
@@ -67,10 +115,12 @@ def sub_questions(query: str, complexity: str) -> list[str]:
     if complexity != "complex":
         return [query]
     parts = [p.strip(" ?") for p in _SPLIT.split(query) if len(content_terms(p)) >= 2]
-    return [query] + [p + "?" for p in parts if p.strip(" ?") != query.strip(" ?")][:3]
+    return [query, *[p + "?" for p in parts if p.strip(" ?") != query.strip(" ?")][:3]]
 
 
-def analyze(query: str, *, available: Sequence[str], tried: Sequence[str] = (), retrying: bool = False) -> dict[str, Any]:
+def analyze(
+    query: str, *, available: Sequence[str], tried: Sequence[str] = (), retrying: bool = False
+) -> dict[str, Any]:
     """The routing plan as the analyze prompt asks for it (a JSON-ready dict)."""
     complexity = classify(query)
     if complexity == "chitchat":
@@ -80,9 +130,9 @@ def analyze(query: str, *, available: Sequence[str], tried: Sequence[str] = (), 
     tools: list[str] = []
     if _PATH.search(query):
         tools.append("read_file")
-    tools.append("vector_search")
+    tools += ["vector_search", "keyword_search"]  # dense + BM25: each finds what the other misses
     if idents:
-        tools += ["keyword_search", "grep"]
+        tools.append("grep")
     if _ISSUE_KEY.search(query):
         tools.append("jira_fetch")
     if re.search(r"https?://", query):

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import re
 
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further had
-    has have having he her here hers him his how i if in into is it its itself just me more most my
-    no nor not now of off on once only or other our ours out over own same she should so some such
-    than that the their theirs them then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your yours
-    use used using get got tell know please there's what's who's how's i'm it's does do done make
-    need needs want wants should would shall may might must""".split()
+_STOPWORDS = (
+    "a about above after again against all am an and any are as at be because been before being "
+    "below between both but by can could did do does doing down during each few for from further had "
+    "has have having he her here hers him his how i if in into is it its itself just me more most my "
+    "no nor not now of off on once only or other our ours out over own same she should so some such "
+    "than that the their theirs them then there these they this those through to too under until up "
+    "very was we were what when where which while who whom why will with would you your yours "
+    "use used using get got tell know please there's what's who's how's i'm it's does do done make "
+    "need needs want wants should would shall may might must"
 )
+STOPWORDS = frozenset(_STOPWORDS.split()) | frozenset("bcdefghjklmnopqrstuvwxyz")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "es", "ed", "ly", "s", "e")
 
 
 def tokens(text: str) -> list[str]:
@@ -23,13 +25,36 @@ def tokens(text: str) -> list[str]:
 
 
 def stem(word: str) -> str:
-    """A light suffix stripper: enough to match "rotate"/"rotation"/"rotating"."""
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "es", "ed", "s", "e"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
+    """A light suffix stripper: enough to match "rotate"/"rotation"/"rotating".
+
+    >>> stem("rotate"), stem("rotation"), stem("rotating"), stem("configured"), stem("configuration")
+    ('rot', 'rot', 'rot', 'configur', 'configur')
+    >>> stem("policies"), stem("policy"), stem("8443")
+    ('policy', 'policy', '8443')
+    """
+    if any(ch.isdigit() for ch in word):
+        return word
+    for suffix in _SUFFIXES:
+        if len(word) >= len(suffix) + 3 and word.endswith(suffix):
+            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+            break
+    if len(word) > 4 and word.endswith("at"):
+        word = word[:-2]
     return word
 
 
 def content_terms(text: str) -> list[str]:
     """Stemmed tokens without stopwords, in order, without duplicates."""
     return list(dict.fromkeys(stem(t) for t in tokens(text) if t not in STOPWORDS))
+
+
+def term_parts(term: str) -> list[str]:
+    """The stemmed parts of a compound token (``api-gateway`` -> ``api``, ``gateway``), else ``[]``.
+
+    >>> term_parts("api-gateway"), term_parts("gateway")
+    (['api', 'gateway'], [])
+    """
+    parts = [p for p in re.split(r"[-_./]+", term) if p]
+    if len(parts) < 2:
+        return []
+    return [stem(p) for p in parts if p not in STOPWORDS]

@@ -1,0 +1,439 @@
+"""The threshold explorer: sliders over a recorded `Experiment`, replayed without any model call.
+
+A thin skin (see STYLE.md): the widgets build a new `CragConfig` from the slider values, call
+``exp.replay(config)`` (the same pure decision functions the graph uses), and move the artists of
+`crag_lab.plots` in place. Only the "Re-run" button runs the real graph, for one query.
+
+Figures are plain matplotlib ``Figure`` objects rendered to PNG into an ``ipywidgets.Image``: no
+pyplot state, no frontend extension (ipympl), identical in JupyterLab, Voilà and under nbval.
+
+>>> dash = lab.dashboard(exp)  # doctest: +SKIP
+>>> dash.set(generate_threshold=0.8).route_counts()  # doctest: +SKIP
+{'chitchat': 1, 'simple': 1, 'GENERATE': 1, 'REFINE': 3, 'RE_RETRIEVE': 1}
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import re
+import traceback
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from pydantic import ValidationError
+
+from crag_lab import plots
+from crag_lab.config import CragConfig
+
+if TYPE_CHECKING:
+    from crag_lab.experiment import Experiment, QueryReplay, ReplayReport
+    from crag_lab.lab import AskResult, Lab
+
+FLOAT_CONTROLS = ("relevance_floor", "generate_threshold", "vector_score_threshold")
+INT_CONTROLS = {"auto_approve_max_items": (0, 10), "max_iterations": (1, 6)}
+BOOL_CONTROLS = ("prefilter",)
+CONTROLS = (*FLOAT_CONTROLS, *INT_CONTROLS, *BOOL_CONTROLS)
+_COUNTS_RE = re.compile(r'class="crag-route-counts"[^>]*data-counts="([^"]*)"')
+
+
+class Dashboard:
+    """Sliders for the thresholds, linked plots, totals, the flipped queries and a re-run button.
+
+    ``lab`` runs the "Re-run" button and draws the graph; it may be None for a loaded experiment
+    (the button is then disabled). Every slider change calls ``exp.replay(config)`` once.
+    """
+
+    def __init__(self, lab: Lab | None, exp: Experiment, *, figsize: tuple[float, float] = (12.0, 6.5),
+                 dpi: int = 80) -> None:
+        self.lab = lab
+        self.exp = exp
+        self.recorded: ReplayReport = exp.replay(exp.config)
+        self.report: ReplayReport = self.recorded
+        self.config: CragConfig = exp.config
+        self.error: BaseException | None = None
+        self.last_rerun: AskResult | None = None
+        self._hold = False
+        self._dpi = dpi
+
+        self.controls = _controls(exp.config)
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+        self.reset_button = widgets.Button(description="Reset to recorded")
+        self.reset_button.on_click(lambda _: self.set(**_recorded_values(exp.config)))
+        self.errors = widgets.Output()
+        self.errors.add_class("crag-errors")
+        self.summary = widgets.HTML()
+        self.summary.add_class("crag-summary")
+
+        # The five linked plots, drawn once; refresh() moves their artists.
+        self.figure = Figure(figsize=figsize, dpi=dpi)
+        FigureCanvasAgg(self.figure)
+        # Fixed margins rather than a layout engine: the layout is computed once, every render is cheap.
+        grid = self.figure.add_gridspec(2, 6, left=0.05, right=0.99, bottom=0.1, top=0.95, wspace=1.1, hspace=0.42)
+        axes = [self.figure.add_subplot(grid[0, 0:3]), self.figure.add_subplot(grid[0, 3:6]),
+                self.figure.add_subplot(grid[1, 0:2]), self.figure.add_subplot(grid[1, 2:4]),
+                self.figure.add_subplot(grid[1, 4:6])]
+        cfg = exp.config
+        self.score_plot = plots.grader_score_histogram(axes[0], exp, relevance_floor=cfg.relevance_floor,
+                                                       generate_threshold=cfg.generate_threshold)
+        self.vector_plot = plots.vector_score_histogram(axes[1], exp, threshold=cfg.vector_score_threshold)
+        self.route_plot = plots.route_flow(axes[2], self.report, self.recorded)
+        self.fast_path_plot = plots.fast_path_bars(axes[3], exp.fast_path_counts(), self.report)
+        self.calls_plot = plots.calls_per_query(axes[4], exp.calls_per_query(), self.report)
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px"))
+
+        # The queries whose decision flips, one query's recorded trace, its path, and "Re-run".
+        self.show_all = widgets.Checkbox(value=False, description="list every query", indent=False)
+        self.show_all.observe(lambda _: self._refresh_queries(), names="value")
+        self.queries = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="100%"))
+        self.queries.add_class("crag-flipped")
+        self.queries.observe(lambda _: self._show_selected(), names="value")
+        self.trace = widgets.HTML()
+        self.trace.add_class("crag-trace")
+        self.rerun_button = widgets.Button(description="Re-run", disabled=True,
+                                           tooltip="run the real graph for this query at the slider thresholds")
+        self.rerun_button.on_click(lambda _: self.rerun_selected())
+        self.rerun_result = widgets.HTML()
+        self.rerun_result.add_class("crag-rerun")
+        self.graph_figure = Figure(figsize=(3.4, 5.0), dpi=dpi)
+        FigureCanvasAgg(self.graph_figure)
+        self.graph_plot = plots.graph_path(self.graph_figure.add_axes((0.0, 0.0, 1.0, 1.0)), self._structure())
+        self.graph = widgets.Image(format="png", layout=widgets.Layout(max_width="300px"))
+        self.graph.add_class("crag-graph")
+        self.graph_path: list[str] = []  # the path the graph drawing highlights
+
+        self._widget: widgets.Widget | None = None
+        self.refresh()
+
+    # ---- public --------------------------------------------------------------------------------
+
+    @property
+    def widget(self) -> widgets.Widget:
+        """The whole dashboard as one ipywidgets box."""
+        if self._widget is None:
+            floats = widgets.VBox([self.controls[n] for n in FLOAT_CONTROLS])
+            ints = widgets.VBox([*(self.controls[n] for n in INT_CONTROLS),
+                                 widgets.HBox([self.controls["prefilter"], self.reset_button])])
+            head = widgets.HTML(
+                "<b>Threshold explorer</b> — moving a slider re-decides every recorded grading round "
+                f"of {len(self.exp)} queries (no model calls). Recorded at "
+                f"<code>{html.escape(_fmt_thresholds(self.exp.config))}</code>.")
+            picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions flip</b>"), self.show_all, self.queries],
+                                  layout=widgets.Layout(width="34%"))
+            detail = widgets.VBox([self.trace, self.rerun_button, self.rerun_result],
+                                  layout=widgets.Layout(width="36%"))
+            graph = widgets.VBox([widgets.HTML("<b>Path through the graph</b>"), self.graph],
+                                 layout=widgets.Layout(width="30%"))
+            self._widget = widgets.VBox([head, widgets.HBox([floats, ints]), self.errors, self.summary, self.image,
+                                         widgets.HBox([picker, detail, graph])])
+            self._widget.add_class("crag-dashboard")
+        return self._widget
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def values(self) -> dict[str, float | int | bool]:
+        """The control values as config fields (floats rounded off the slider's binary noise)."""
+        out: dict[str, float | int | bool] = {}
+        for name, control in self.controls.items():
+            value = control.value
+            out[name] = round(value, 4) if name in FLOAT_CONTROLS else bool(value) if name in BOOL_CONTROLS else int(value)
+        return out
+
+    def set(self, **values: float | int | bool) -> ReplayReport | None:
+        """Move sliders programmatically (one replay for all of them); returns the new report, or
+        None when the combination is invalid (the error is shown in the dashboard).
+
+        >>> dash.set(relevance_floor=0.5, generate_threshold=0.8)  # doctest: +SKIP
+        """
+        unknown = set(values) - set(CONTROLS)
+        if unknown:
+            raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {list(CONTROLS)}")
+        self._hold = True
+        try:
+            for name, value in values.items():
+                self.controls[name].value = value
+        finally:
+            self._hold = False
+        return self.refresh()
+
+    def refresh(self) -> ReplayReport | None:
+        """Build a config from the sliders, replay, and update every view; errors go to ``errors``."""
+        try:
+            config = self.exp.config.with_changes(**self.values())
+        except ValidationError as exc:
+            self._show_error(exc, _validation_message(exc))
+            return None
+        try:
+            report = self.exp.replay(config)
+            self.config, self.report, self.error = config, report, None
+            self.errors.outputs = ()
+            self._update_plots()
+            self.summary.value = self._summary_html()
+            self._refresh_queries()
+        except Exception as exc:  # a bug should be visible in the dashboard, not lost in a kernel log
+            self._show_error(exc, "".join(traceback.format_exception(exc)))
+            return None
+        return report
+
+    def displayed_counts(self) -> dict[str, int]:
+        """The route counts the summary currently shows (what the browser test reads)."""
+        match = _COUNTS_RE.search(self.summary.value)
+        if match is None:
+            raise ValueError("the summary shows no route counts")
+        return dict(json.loads(html.unescape(match.group(1))))
+
+    def error_text(self) -> str:
+        """Plain text of what the error area shows ('' when empty)."""
+        parts = []
+        for out in self.errors.outputs:
+            parts.append(out.get("text") or out.get("data", {}).get("text/plain", ""))
+        return "".join(parts)
+
+    def select(self, query_id: str) -> None:
+        """Show one query's recorded trace (as clicking it in the list would)."""
+        ids = [v for _, v in self.queries.options]
+        if query_id not in ids:
+            self.show_all.value = True
+        self.queries.value = query_id
+
+    def rerun_selected(self) -> AskResult | None:
+        """Run the real graph for the selected query at the slider thresholds and show the answer."""
+        query_id = self.queries.value
+        if query_id is None or self.lab is None:
+            return None
+        record = self.exp.record(query_id)
+        self.rerun_button.disabled = True
+        self.rerun_result.value = "<i>running…</i>"
+        try:
+            result = self.lab.rerun(record["query"], self.config)
+        except Exception as exc:
+            self._show_error(exc, "".join(traceback.format_exception(exc)))
+            self.rerun_result.value = ""
+            return None
+        finally:
+            self.rerun_button.disabled = False
+        self.last_rerun = result
+        self.rerun_result.value = _rerun_html(result, self.config)
+        self._draw_graph(result.path, f"{query_id}: re-run path")
+        return result
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _on_change(self, _change: Mapping[str, Any]) -> None:
+        if not self._hold:
+            self.refresh()
+
+    def _show_error(self, exc: BaseException, text: str) -> None:
+        self.error = exc
+        self.errors.outputs = ({"output_type": "stream", "name": "stderr", "text": text},)
+        note = "<p style='color:#b91c1c'><b>Not replayed:</b> the sliders form an invalid configuration " \
+               "(see the message above). The plots still show the last valid setting.</p>"
+        if "Not replayed" not in self.summary.value:
+            self.summary.value = note + self.summary.value
+
+    def _update_plots(self) -> None:
+        cfg, report = self.config, self.report
+        self.score_plot.update(relevance_floor=cfg.relevance_floor, generate_threshold=cfg.generate_threshold,
+                               draw=False)
+        self.vector_plot.update(threshold=cfg.vector_score_threshold, draw=False)
+        self.route_plot.update(report, draw=False)
+        self.fast_path_plot.update(report, draw=False)
+        self.calls_plot.update(report, draw=False)
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=self._dpi)  # renders once; the Agg canvas has no idle loop
+        self.image.value = buf.getvalue()
+
+    def _summary_html(self) -> str:
+        report, recorded = self.report, self.recorded
+        t, t0 = report.totals(), recorded.totals()
+        counts, counts0 = report.route_counts(), recorded.route_counts()
+        lower = any(q.calls_delta_is_lower_bound for q in report.queries)
+        cells = "".join(
+            f"<td style='padding:2px 8px'>{html.escape(r)}<br><b>{counts[r]}</b>"
+            f"{_delta(counts[r] - counts0[r])}</td>" for r in counts)
+        outcome = ", ".join(f"{k} {v}" for k, v in report.outcome_counts().items())
+        data = html.escape(json.dumps(counts, sort_keys=False), quote=True)
+        config = html.escape(json.dumps(self.values()), quote=True)
+        visible = " · ".join(f"{k} {v}" for k, v in counts.items())
+        rows = [
+            ("decisions flipped", f"{_n(t['decisions_flipped'], 'round')} in {_n(t['queries_changed'], 'query')}"),
+            ("fast path", f"+{t['fast_path_gained']} gained / −{t['fast_path_lost']} lost"),
+            ("items kept / dropped", f"{t['items_kept']} / {t['items_dropped']} "
+                                     f"(recorded {t0['items_kept']} / {t0['items_dropped']})"),
+            ("model calls", f"{'≥ ' if lower else ''}{t['calls_delta']:+d} ({t['tokens_delta']:+d} tokens)"),
+            ("final outcomes", html.escape(outcome)),
+        ]
+        table = "".join(f"<tr><td style='padding:1px 8px'>{k}</td><td style='padding:1px 8px'>{v}</td></tr>"
+                        for k, v in rows)
+        return (
+            f"<div><b>Routes</b> at <code>{html.escape(_fmt_thresholds(self.config))}</code>: "
+            f"<span class=\"crag-route-counts\" data-counts=\"{data}\" data-config=\"{config}\">"
+            f"{html.escape(visible)}</span>"
+            f"<table style='border-collapse:collapse;margin:4px 0'><tr>{cells}</tr></table>"
+            f"<table style='border-collapse:collapse'>{table}</table>"
+            f"<p style='margin:4px 0'><i>{html.escape(report.limits())}</i></p></div>"
+        )
+
+    def _refresh_queries(self) -> None:
+        by_id = {q.id: q for q in self.report.queries}
+        shown = self.report.queries if self.show_all.value else self.report.flipped
+        options = [(_query_label(q), q.id) for q in shown]
+        previous = self.queries.value
+        self.queries.options = options
+        if previous in by_id and previous in [v for _, v in options]:
+            self.queries.value = previous
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        query_id = self.queries.value
+        if query_id is None:
+            self.trace.value = ("<i>Select a query to see its recorded trace.</i>" if self.queries.options
+                                else "<i>No decision flips at these thresholds.</i>")
+            self.rerun_button.disabled = True
+            self.rerun_result.value = ""
+            self._draw_graph([], "")
+            return
+        record = self.exp.record(query_id)
+        replayed = next(q for q in self.report.queries if q.id == query_id)
+        self.trace.value = _trace_html(record, replayed)
+        self.rerun_button.disabled = self.lab is None
+        self.rerun_result.value = ""
+        self._draw_graph(record.get("path", []), f"{query_id}: recorded path")
+
+    def _structure(self) -> Any:
+        """The graph to draw: the lab's, or one built only to be drawn (its model is never called)."""
+        if self.lab is not None:
+            return self.lab.graph()
+        from crag_lab.graph import build_graph
+
+        return build_graph(_DrawingOnly(), [], self.exp.config)
+
+    def _draw_graph(self, path: list[str], title: str) -> None:
+        self.graph_path = list(path)
+        self.graph_plot.update(path, title=title, draw=False)
+        buf = io.BytesIO()
+        self.graph_figure.savefig(buf, format="png", dpi=self._dpi)
+        self.graph.value = buf.getvalue()
+
+
+class _DrawingOnly:
+    """Stands in for a model in a graph that is only drawn."""
+
+    name = "none"
+
+    def complete(self, task: str, prompt: str, inputs: Mapping[str, Any]) -> Any:
+        raise RuntimeError("this graph is built only to be drawn; give the Dashboard a Lab to run queries")
+
+
+def _controls(config: CragConfig) -> dict[str, Any]:
+    """One widget per replayable config field, starting at the recorded value; none updates while dragged."""
+    common: dict[str, Any] = {"continuous_update": False, "style": {"description_width": "170px"},
+                              "layout": widgets.Layout(width="440px")}
+    controls: dict[str, Any] = {}
+    for name in FLOAT_CONTROLS:
+        value = float(getattr(config, name))
+        controls[name] = widgets.FloatSlider(value=value, min=min(0.0, value), max=1.0, step=0.01,
+                                             readout_format=".2f", description=name, **common)
+    for name, (lo, hi) in INT_CONTROLS.items():
+        value = int(getattr(config, name))
+        controls[name] = widgets.IntSlider(value=value, min=min(lo, value), max=max(hi, value), step=1,
+                                           description=name, **common)
+    controls["prefilter"] = widgets.Checkbox(value=config.prefilter, description="pre-filter may skip the grader",
+                                             indent=False, layout=widgets.Layout(width="260px"))
+    for name, control in controls.items():
+        control.add_class(f"crag-control-{name}")
+    return controls
+
+
+# ---- HTML helpers (pure) -----------------------------------------------------------------------
+
+
+def _recorded_values(config: CragConfig) -> dict[str, float | int | bool]:
+    return {name: getattr(config, name) for name in CONTROLS}
+
+
+def _fmt_thresholds(config: CragConfig) -> str:
+    t = config.thresholds()
+    return (f"floor {t['relevance_floor']:g}, generate {t['generate_threshold']:g}, "
+            f"vector {t['vector_score_threshold']:g}, auto-approve ≤{t['auto_approve_max_items']}, "
+            f"max_iterations {t['max_iterations']}" + ("" if config.prefilter else ", pre-filter off"))
+
+
+def _n(count: int, noun: str) -> str:
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{count} {noun if count == 1 else plural}"
+
+
+def _delta(d: int) -> str:
+    if not d:
+        return ""
+    color = "#16a34a" if d > 0 else "#dc2626"
+    return f" <span style='color:{color}'>({d:+d})</span>"
+
+
+def _validation_message(exc: ValidationError) -> str:
+    lines = ["These thresholds are not a valid CragConfig; move a slider back:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "config"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines) + "\n"
+
+
+def _query_label(q: QueryReplay) -> str:
+    before = " → ".join(q.recorded_actions) or q.recorded_outcome
+    after = " → ".join(q.actions) or q.outcome
+    label = f"{q.id}: {before}  ⇒  {after}"
+    if q.outcome != q.recorded_outcome:
+        label += f"  [{q.outcome}]"
+    return label
+
+
+def _trace_html(record: Mapping[str, Any], replayed: QueryReplay) -> str:
+    """The recorded path, every grading round with its scores, the answer, and what replay says."""
+    esc = html.escape
+    rows = []
+    for k, rnd in enumerate(record.get("rounds", [])):
+        kept = set(rnd.get("kept", []))
+        scores = " ".join(
+            f"<span style='color:{'#15803d' if i['id'] in kept else '#b91c1c'}'>{i['grader_score']:.2f}</span>"
+            for i in rnd["items"])
+        now = replayed.actions[k] if k < len(replayed.actions) else "—"
+        agg = "—" if rnd.get("aggregate") is None else f"{rnd['aggregate']:.2f}"
+        rows.append(f"<tr><td>{rnd['iteration']}</td><td>{esc(str(rnd.get('rule') or ''))}</td><td>{scores}</td>"
+                    f"<td>{agg}</td><td>{rnd['action']}</td><td><b>{now}</b></td></tr>")
+    rounds = (
+        "<table style='border-collapse:collapse;font-size:90%'><tr><th>round</th><th>fast path</th>"
+        "<th>grader scores (kept / dropped)</th><th>mean</th><th>recorded</th><th>now</th></tr>"
+        + "".join(rows) + "</table>" if rows else "<i>no grading rounds (route skips the grader)</i>")
+    note = f"<p><i>{esc(replayed.note)}</i></p>" if replayed.note else ""
+    answer = esc(str(record.get("answer", "")))
+    if len(answer) > 600:
+        answer = answer[:600] + "…"
+    return (
+        f"<div><b>{esc(str(record['id']))}</b>: {esc(record['query'])}<br>"
+        f"<small>recorded path: {esc(' → '.join(record.get('path', [])))}</small><br>"
+        f"outcome: {esc(replayed.recorded_outcome)} ⇒ <b>{esc(replayed.outcome)}</b>{note}"
+        f"{rounds}<details><summary>recorded answer</summary><pre style='white-space:pre-wrap'>{answer}</pre>"
+        "</details></div>"
+    )
+
+
+def _rerun_html(result: AskResult, config: CragConfig) -> str:
+    esc = html.escape
+    return (
+        f"<div style='border-left:3px solid #2563eb;padding-left:6px'><b>Re-run</b> at "
+        f"<code>{esc(_fmt_thresholds(config))}</code>: route <b>{esc(result.route)}</b>, "
+        f"{result.llm_calls} model calls<br><small>path: {esc(' → '.join(result.path))}</small>"
+        f"<pre style='white-space:pre-wrap'>{esc(result.answer)}</pre></div>"
+    )
+
+
+__all__ = ["CONTROLS", "Dashboard"]

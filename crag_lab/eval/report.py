@@ -1,0 +1,113 @@
+"""The Markdown report of an `Evaluation`: plain pipe tables, no extra dependency."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crag_lab.eval.runner import Evaluation
+
+REPORT_ROWS: tuple[tuple[str, str], ...] = (
+    ("n_queries", "queries"),
+    ("grader_auroc", "grader AUROC (gold vs other graded items)"),
+    ("floor_precision", "relevance-floor precision"),
+    ("floor_recall", "relevance-floor recall"),
+    ("grader_ece", "grader ECE (10 bins)"),
+    ("graded_items", "graded items (gold)"),
+    ("routing_accuracy", "complexity-routing accuracy"),
+    ("chitchat_recall", "chitchat recall"),
+    ("retrieval_recall", "retrieval recall (gold found by any tool)"),
+    ("answer_containment", "answer containment (answerable)"),
+    ("citation_precision", "citation precision"),
+    ("citation_recall", "citation recall"),
+    ("abstention_rate", "abstention on unanswerable"),
+    ("false_abstention_rate", "false abstention on answerable"),
+    ("calls_per_query", "model calls / query"),
+    ("grader_calls_per_query", "grader calls / query"),
+    ("tokens_per_query", "tokens / query"),
+    ("latency_ms_per_query", "latency ms / query (wall)"),
+)
+ROUTE_COLUMNS: tuple[str, ...] = ("n_queries", "grader_auroc", "floor_precision", "floor_recall",
+                                  "answer_containment", "citation_precision", "citation_recall", "abstention_rate",
+                                  "false_abstention_rate", "calls_per_query", "tokens_per_query")
+_COUNTS = frozenset({"n_queries", "graded_items", "gold_items"})
+_ROUND0 = frozenset({"tokens_per_query", "latency_ms_per_query", "model_latency_ms_per_query"})
+
+
+def fmt(value: Any, key: str = "") -> str:
+    """A table cell: ``—`` for None, integers plain, tokens and latency rounded, rates to 3 places.
+
+    >>> fmt(None), fmt(0.12345), fmt(12, "n_queries"), fmt(1234.5, "tokens_per_query")
+    ('—', '0.123', '12', '1234')
+    """
+    if value is None:
+        return "—"
+    if key in _COUNTS or isinstance(value, bool):
+        return str(value)
+    if key in _ROUND0:
+        return f"{value:.0f}"
+    if isinstance(value, float):
+        return f"{value:.3f}" if key != "calls_per_query" and key != "grader_calls_per_query" else f"{value:.2f}"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown pipe table.
+
+    >>> print(table(["a", "b"], [["1", "2"]]))
+    | a | b |
+    |---|---|
+    | 1 | 2 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(metrics: Mapping[str, Any], key: str) -> str:
+    if key == "graded_items":
+        return f"{metrics['graded_items']} ({metrics['gold_items']})"
+    return fmt(metrics.get(key), key)
+
+
+def render_markdown(ev: Evaluation, *, command: str | None = None, title: str | None = None) -> str:
+    """The report: headline metrics by mode, per-route tables, fast paths and the routing confusion."""
+    ds = ev.dataset
+    modes = ev.modes
+    overall = {mode: ev.metrics(mode) for mode in modes}
+    out = [f"### {title or ds.name}", ""]
+    scope = f"{len(ds)} queries" + (f" (sample of {ds.limit}, seed {ds.seed})" if ds.limit else "")
+    out.append(f"Dataset `{ds.source}`, {scope}; knowledge base `{ds.kb}`.")
+    if command:
+        out += ["", "```", command, "```"]
+    out += ["", table(["metric", *modes], [[label, *(_cell(overall[mode], key) for mode in modes)]
+                                          for key, label in REPORT_ROWS]), ""]
+    fast_rows = []
+    for rule in ("chitchat", "simple", "read_file", "few_context", "high_vector_score"):
+        fast_rows.append([rule, *(fmt(overall[mode]["fast_path"].get(rule)) for mode in modes)])
+    out += ["Fast-path hit rate (chitchat/simple: share of questions; pre-filter rules: share of grading "
+            "rounds):", "", table(["fast path", *modes], fast_rows), ""]
+    for mode in modes:
+        by_route = ev.metrics(mode, by="route")
+        if len(by_route) > 1:
+            out += [f"By route, `{mode}`:", "",
+                    table(["route", *ROUTE_COLUMNS],
+                          [[route, *(fmt(values.get(k), k) for k in ROUTE_COLUMNS)]
+                           for route, values in by_route.items()]),
+                    ""]
+    if ds.has_complexity:
+        for mode in modes:
+            by_label = ev.metrics(mode, by="complexity")
+            out += [f"By labelled complexity, `{mode}`:", "",
+                    table(["complexity", *ROUTE_COLUMNS],
+                          [[label, *(fmt(values.get(k), k) for k in ROUTE_COLUMNS)]
+                           for label, values in by_label.items()]), ""]
+    confusion = ev.confusion("knowledge_base")
+    if confusion:
+        columns = list(next(iter(confusion.values())))
+        out += ["Routing confusion, `knowledge_base` (rows: label, columns: predicted):", "",
+                table(["label", *columns],
+                      [[label, *(str(row[c]) for c in columns)] for label, row in confusion.items()]),
+                ""]
+    return "\n".join(out).rstrip() + "\n"
