@@ -1,0 +1,409 @@
+"""Render bench/RESULTS.md from the results dict that run_all.py writes to bench/results.json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+NA = "n/a"
+
+
+def f(x: Any, digits: int = 2, unit: str = "") -> str:
+    if x is None:
+        return NA
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}{unit}"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}{unit}"
+    return f"{x}{unit}"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return NA if x is None else f"{100 * x:.{digits}f} %"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def status(ok: bool | None, detail: str = "") -> str:
+    if ok is None:
+        return "not measured"
+    return ("**met**" if ok else "**missed**") + (f" ({detail})" if detail else "")
+
+
+def get(d: Mapping[str, Any] | None, *keys: Any) -> Any:
+    cur: Any = d
+    for k in keys:
+        if not isinstance(cur, Mapping) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+# ---- the headline ------------------------------------------------------------------------------------
+
+
+def headline(b: Mapping[str, Any]) -> str:
+    rows: list[list[str]] = []
+    calls = b.get("calls")
+    if calls:
+        r = calls["ratios"]
+        c, p = calls["modes"]["knowledge_base"], calls["modes"]["per_item_grading"]
+        rows.append(["1", "model calls ≤ 0.5× per_item_grading",
+                     f"{f(r['calls_vs_per_item'], 3)}× ({f(c['calls_per_query'])} vs "
+                     f"{f(p['calls_per_query'])} per query)",
+                     status(calls["targets"]["calls_le_0.5x_per_item"],
+                            "" if calls["targets"]["calls_le_0.5x_per_item"]
+                            else f"by {f(r['calls_vs_per_item'] - 0.5, 3)}")])
+        rows.append(["1", "grader tokens ≤ 0.6× per_item_grading",
+                     f"{f(r['grader_tokens_vs_per_item'], 3)}× ({f(c['grader_tokens_per_query'], 0)} vs "
+                     f"{f(p['grader_tokens_per_query'], 0)} per query)",
+                     status(calls["targets"]["grader_tokens_le_0.6x_per_item"],
+                            "" if calls["targets"]["grader_tokens_le_0.6x_per_item"]
+                            else f"by {f((r['grader_tokens_vs_per_item'] or 0) - 0.6, 3)}")])
+        qc, qp = c["quality"], p["quality"]
+        ok = calls["targets"]["containment_no_worse"] and calls["targets"]["abstention_no_worse"]
+        rows.append(["1", "answer quality no worse than per_item_grading",
+                     f"containment {pct(qc['answer_containment'])} vs {pct(qp['answer_containment'])}; "
+                     f"false abstention {pct(qc['false_abstention_rate'])} vs {pct(qp['false_abstention_rate'])}; "
+                     f"abstention on unanswerable {pct(qc['abstention_rate'])} vs {pct(qp['abstention_rate'])}",
+                     status(ok, "" if ok else "abstention on unanswerable questions is lower; see §1")])
+        w = calls["worst_case"]
+        rows.append(["1", "worst case = 3·max_iterations + 1 calls (batch)",
+                     f"forced runs match the formulas: {f(w['all_forced_match'])}; observed max "
+                     f"{w['batch_observed_max']} ≤ {w['batch_bound_at_config']}",
+                     status(w["all_forced_match"] and w["batch_within_bound"])])
+    replay = b.get("replay")
+    if replay:
+        e, fa = replay["engine_replay_ms"], replay["fast_replay_ms"]
+        cpu_ok = e["cpu_median"] <= 50
+        rows.append(["2", "replay of 10,000 rounds ≤ 50 ms (`Experiment.replay`)",
+                     f"{f(e['cpu_median'], 1)} ms CPU, {f(e['wall_median'], 1)} ms wall",
+                     status(cpu_ok, "" if cpu_ok else f"{f(e['cpu_median'] / 50, 1)}× the budget")])
+        rows.append(["2", "vectorised prototype (bench/fast_replay.py), equal results",
+                     f"{f(fa['cpu_median'], 1)} ms CPU, {f(fa['wall_median'], 1)} ms wall; equal on "
+                     f"{replay['fast_equal_to_engine']} configs",
+                     status(fa["cpu_median"] <= 50 and replay["fast_equal_all"])])
+        rows.append(["2", "replay vs re-running the graph (same questions)",
+                     f"{f(replay['rerun']['replay_vs_rerun_speedup'], 0)}× faster", "info"])
+    over = b.get("overhead")
+    if over:
+        e = over["engine"]
+        ok = over["target_bookkeeping_le_10pct"]
+        rows.append(["3", "graph bookkeeping ≤ 10 % of a query",
+                     f"{pct(e['bookkeeping_share_of_total'], 2)} of total time "
+                     f"(median {f(e['all']['bookkeeping_ms']['median'])} ms per query)",
+                     status(ok)])
+        rows.append(["3", "engine vs bare LlamaIndex retriever (median per query)",
+                     f"{f(e['engine_vs_bare_retriever'], 1)}× ({f(e['engine_minus_model_vs_bare_retriever'], 1)}× "
+                     "without model time)", "info"])
+    index = b.get("index")
+    if index:
+        t = index["throughput"]
+        ok = index["targets"]["build_vs_raw_ge_0.9"]
+        rows.append(["4", "build throughput ≥ 0.9× raw `SentenceTransformer.encode`",
+                     f"{f(t['build_vs_raw'], 3)}× wall ({f(t['build_chunks_per_s'], 1)} vs "
+                     f"{f(t['raw_chunks_per_s'], 1)} chunks/s); {f(t.get('build_vs_raw_cpu'), 3)}× in CPU time",
+                     status(ok, "" if ok else f"by {f(0.9 - (t['build_vs_raw'] or 0), 3)}")])
+    scale = b.get("scale")
+    if scale:
+        g = scale["growth_1x_to_100x"]
+        rows.append(["5", "scale 1× → 100× (flat index)",
+                     f"build ×{g['build_s']}, retriever latency ×{g['retriever_ms']}, peak RSS ×{g['peak_rss_mib']}",
+                     "info"])
+    mem = b.get("memory")
+    if mem:
+        exp_key = next((k for k in mem if k.startswith("experiment_")), None)
+        rows.append(["6", "peak RSS", f"demo {f(get(mem, 'demo', 'peak_rss_mib'), 0)} MiB; "
+                     f"{exp_key.replace('_', ' ') if exp_key else ''} {f(get(mem, exp_key, 'peak_rss_mib'), 0)} MiB",
+                     "info"])
+    return table(["#", "target", "measured", "status"], rows)
+
+
+# ---- sections ----------------------------------------------------------------------------------------
+
+
+def section_calls(c: Mapping[str, Any]) -> str:
+    out = ["## 1. Model calls and tokens per query\n",
+           f"{c['questions']} questions of `data/kb_queries.jsonl`, offline model (`llm=None`). Modes and "
+           "definitions are `crag_lab.eval`'s (`mode_setup`): `knowledge_base` is crag_lab's default graph "
+           "(complexity routing, pre-filter, batch grading); `per_item_grading` is one grader call per item, no "
+           "pre-filter, no routing (`CragConfig(grading=\"per_item\", prefilter=False, routing=False)`), the "
+           "design of LangGraph's and LlamaIndex's CRAG examples; `naive_rag` is `lab.ask(q, mode=\"naive_rag\")`. "
+           "Shadow grading (replay data) is on, as in `crag-lab eval`; its calls are not counted. "
+           "Calls and tokens are deterministic (no timing involved).\n"]
+    rows = []
+    for mode, m in c["modes"].items():
+        q = m["quality"]
+        rows.append([mode, f(m["calls_per_query"]), f(m["tokens_per_query"], 0), f(m["grader_calls_per_query"]),
+                     f(m["grader_tokens_per_query"], 0), pct(q["answer_containment"]), pct(q["abstention_rate"]),
+                     pct(q["false_abstention_rate"]), f(m["model_failures"]), f(m["wall_s"], 0)])
+    out.append(table(["mode", "calls/q", "tokens/q", "grader calls/q", "grader tokens/q", "containment",
+                      "abstention (unanswerable)", "false abstention", "failed model calls", "run s"], rows))
+    p = c["paired_containment"]
+    out.append(f"\nPaired on answerable questions: contained only by crag_lab {p['contained_only_by_crag']}, only by "
+               f"per_item_grading {p['contained_only_by_per_item']}.\n")
+    extra = p.get("unanswerable_answered_by_crag_only")
+    if extra is not None:
+        listed = ", ".join(f"{x['id']} ({x['complexity']}, route {x['route']})" for x in extra) or "none"
+        out.append(f"\nUnanswerable questions crag_lab answered where per_item_grading abstained: {listed}.\n")
+    if all("quality_by_class" in m for m in c["modes"].values()):
+        out.append("\n**Quality per labelled class** (containment / abstention on unanswerable / false abstention):\n")
+        rows = []
+        for mode, m in c["modes"].items():
+            cells = []
+            for cls in ("simple", "complex"):
+                v = m["quality_by_class"].get(cls, {})
+                cells.append(f"{pct(v.get('answer_containment'))} / {pct(v.get('abstention_rate'))} / "
+                             f"{pct(v.get('false_abstention_rate'))}")
+            rows.append([mode, *cells])
+        out.append(table(["mode", "simple", "complex"], rows))
+    out.append("\n**Per labelled question class** (mean / p95 / max):\n")
+    rows = []
+    for mode, m in c["modes"].items():
+        for cls in ("chitchat", "simple", "complex", "all"):
+            s = m["by_class"][cls]
+            cell = [f"{f(s[k]['mean'])} / {f(s[k]['p95'], 1)} / {f(s[k]['max'], 0)}"
+                    for k in ("calls", "tokens", "grader_calls", "grader_tokens")]
+            rows.append([mode, cls, f(s["calls"]["n"]), *cell])
+    out.append(table(["mode", "class", "n", "calls", "tokens", "grader calls", "grader tokens"], rows))
+    routes = "; ".join(f"{mode}: " + ", ".join(f"{k} {v}" for k, v in m["routes"].items())
+                       for mode, m in c["modes"].items())
+    out.append(f"\nRoutes taken: {routes}.\n")
+    w = c["worst_case"]
+    out.append("\n**Worst case.** Every round of the loop is analyze + plan + grading, so with RE_RETRIEVE in every "
+               "round and something surviving the last one:\n\n"
+               f"- batch grading: **{w['formula_batch']}** calls (10 at the defaults);\n"
+               f"- per-item grading: **{w['formula_per_item']}** (22 at the defaults).\n\n"
+               "If nothing survives the last round, synthesize answers the abstention sentence without a call "
+               "(one call fewer). Forced with `ScriptedLLM` (grader scores 0.05, optionally 0.5 in the last round) "
+               "and a `StaticTool` returning top_k new items per call:\n\n")
+    rows = [[r["grading"], r["max_iterations"], r["top_k"], f(r["last_round_keeps"]), r["calls"], r["formula"],
+             " → ".join(r["actions"]), f(r["matches"])] for r in w["forced"]]
+    out.append(table(["grading", "max_iterations", "top_k", "last round keeps", "calls", "formula", "actions",
+                      "matches"], rows))
+    ident = w["per_item_identity"]
+    out.append(f"\nReal runs: batch-grading max {w['batch_observed_max']} calls (bound {w['batch_bound_at_config']}); "
+               f"per-item identity calls = analyze + plan + new items + synthesize holds on "
+               f"{ident['identity_holds']}/{ident['records']} questions; the most new items in one round was "
+               f"{ident['max_new_items_in_a_round']} (the offline planner runs vector_search + keyword_search, "
+               "and grep, per round), which is why per-item grading costs so much more than top_k + 2 per round.\n")
+    return "\n".join(out)
+
+
+def section_replay(r: Mapping[str, Any]) -> str:
+    out = ["## 2. Replay speed\n",
+           f"Source: a recorded `knowledge_base` run ({r['source']['records']} questions, "
+           f"{r['source']['with_rounds']} with grading rounds). Those records were replicated (new ids) into "
+           f"{r['replicated']['records']:,} records holding {r['replicated']['rounds']:,} rounds and "
+           f"{r['replicated']['items']:,} graded items. Replay at the recorded thresholds flips nothing: "
+           f"{f(r['recorded_thresholds_flip_nothing'])}. Engine and prototype alternate, medians of the repeats; "
+           "CPU time is the replaying process's (equal to wall time on an idle machine, and the better number "
+           "on a loaded one).\n"]
+    rows = []
+    for label, c in r["per_change"].items():
+        rows.append([label, f(c["rounds_redecided"]), f(c["needs_rerun"]), f(c["engine_ms"]["cpu"], 1),
+                     f(c["engine_ms"]["wall"], 1), f(c["fast_ms"]["cpu"], 1), f(c["fast_ms"]["wall"], 1),
+                     f(c["speedup_wall"], 1)])
+    out.append(table(["change", "rounds re-decided", "needs_rerun", "engine CPU ms", "engine wall ms",
+                      "vectorised CPU ms", "vectorised wall ms", "speed-up (wall)"], rows))
+    e = r["engine_replay_ms"]
+    out.append(f"\nEngine median {f(e['cpu_median'], 1)} ms CPU ({f(e['cpu_gc_off_median'], 1)} ms with the garbage "
+               f"collector off). The vectorised prototype needs a one-off compile of "
+               f"{f(r['fast_replay_ms']['compile']['cpu'], 0)} ms CPU per experiment (once per dashboard), then "
+               f"{f(r['fast_replay_ms']['cpu_median'], 1)} ms per replay; its `QueryReplay` lists equal the "
+               f"engine's on {r['fast_equal_to_engine']} configurations (fixed and random thresholds, all "
+               "aggregators, max_iterations 1–5, prefilter on/off).\n")
+    out.append("\n**Where `Experiment.replay` spends its time** (cProfile, own time):\n\n")
+    out.append(table(["function", "calls", "share of own time"],
+                     [[p["function"], f(p["calls"]), pct(p["tottime_share"])] for p in r["profile_engine"]]))
+    rr = r["rerun"]
+    out.append(f"\nRe-running the graph on {rr['questions']} of the same questions at relevance_floor=0.4: "
+               f"{f(rr['graph_ms_per_query']['median'], 0)} ms per question (median) vs "
+               f"{f(rr['replay_ms_per_query']['median'], 3)} ms to replay one record "
+               f"(×{f(rr['per_query_speedup'], 0)}); for the whole replicated set, about "
+               f"{f(rr['estimated_graph_s_for_replicated_set'], 0)} s of graph time vs one replay "
+               f"(×{f(rr['replay_vs_rerun_speedup'], 0)}).\n")
+    return "\n".join(out)
+
+
+def section_overhead(o: Mapping[str, Any]) -> str:
+    e = o["engine"]
+    out = ["## 3. Engine overhead per query\n",
+           f"{e['questions']} questions (stratified), offline model, warm index and model. Tool time from timers "
+           "wrapped around each tool, model time from the usage records' `latency_ms` (includes `call_model`'s "
+           "thread hand-off), bookkeeping = total − tools − model. The bare retriever "
+           "(`kb.vector_retriever(5).retrieve(q)`) runs right before or after each question, alternating.\n"]
+    rows = []
+    for route, s in [("all", e["all"]), *e["by_route"].items()]:
+        rows.append([route, f(s["total_ms"]["n"])] + [f"{f(s[k]['median'], 1)} / {f(s[k]['p95'], 1)}"
+                                                      for k in ("total_ms", "tools_ms", "model_ms", "bookkeeping_ms")])
+    out.append(table(["route", "n", "total ms (median / p95)", "tools", "model", "bookkeeping"], rows))
+    out.append(f"\nBookkeeping: {pct(e['bookkeeping_share_of_total'], 2)} of all query time "
+               f"(median per query {pct(e['bookkeeping_share_median_per_query'], 2)}). Bare retriever "
+               f"{f(e['bare_retriever_ms']['median'], 1)} ms median; engine/bare "
+               f"{f(e['engine_vs_bare_retriever'], 1)}× (without model time "
+               f"{f(e['engine_minus_model_vs_bare_retriever'], 1)}×).\n")
+    out.append("\n**Noise-free bookkeeping**: the same graph with a model and a tool that answer instantly "
+               "(what remains is LangGraph, node code, prompts, audit, citations):\n\n")
+    rows = [[name, s["nodes"], s["model_calls"], f"{f(s['total_ms']['median'], 2)} / {f(s['total_ms']['p95'], 2)}",
+             f(s["model_call_wrapper_ms"]["median"], 2), f(s["per_node_ms"], 2)] for name, s in o["scripted"].items()]
+    out.append(table(["path", "nodes", "model calls", "total ms (median / p95)", "of which call_model wrapper ms",
+                      "ms per node"], rows))
+    return "\n".join(out)
+
+
+def section_index(ix: Mapping[str, Any]) -> str:
+    t = ix["throughput"]
+    out = ["## 4. Index build, reload, incremental rebuild\n",
+           f"{t['chunks']} chunks of `data/kb`, fresh copy and fresh cache folder per build; raw = "
+           "`SentenceTransformer(model_dir(), device=\"cpu\").encode(texts, batch_size=64, normalize_embeddings=True)` "
+           "on exactly the texts the build embeds; the three alternate (medians).\n"]
+    cpu = t.get("cpu_s", {})
+    out.append(table(["contender", "median wall s", "chunks/s", "vs raw (wall)", "median CPU s", "vs raw (CPU)"], [
+        ["KnowledgeBase.build", f(t["build_s"]["median"], 2), f(t["build_chunks_per_s"], 1), f(t["build_vs_raw"], 3),
+         f(get(cpu, "build", "median"), 2), f(t.get("build_vs_raw_cpu"), 3)],
+        ["HuggingFaceEmbedding.get_text_embedding_batch", f(t["llamaindex_encode_s"]["median"], 2),
+         f(t["llamaindex_chunks_per_s"], 1), f(t["llamaindex_encode_vs_raw"], 3),
+         f(get(cpu, "llamaindex_encode", "median"), 2), f(t.get("llamaindex_encode_vs_raw_cpu"), 3)],
+        ["SentenceTransformer.encode (raw)", f(t["raw_encode_s"]["median"], 2), f(t["raw_chunks_per_s"], 1), "1",
+         f(get(cpu, "raw_encode", "median"), 2), "1"],
+    ]))
+    out.append("\nCPU time is the benchmark process's (all torch threads); on a busy machine the wall-time ratio "
+               "drifts with the load while the CPU ratio measures the work done.\n")
+    out.append(f"\nBuild minus embedding: {f(t['build_minus_encode_s'], 2)} s. Model load (not in the build times): "
+               f"{f(t['model_load_s']['llamaindex'])} s.\n")
+    rl = ix["reload"]
+    cold = rl["cold"]
+    out.append(f"\n**Reload.** Warm `KnowledgeBase.load` (same process): {f(rl['warm_load_ms']['median'], 1)} ms "
+               "median. "
+               f"Cold, fresh process: {f(cold['process_wall_s'])} s in all = import {f(cold['import_s'])} s + load "
+               f"{f(cold['load_s'])} s + first query {f(cold['first_query_s'])} s (loads the embedding model), then "
+               f"{f(cold['second_query_ms'], 1)} ms per query; peak RSS {f(cold['peak_rss_mib'], 0)} MiB.\n")
+    inc = ix["incremental"]
+    out.append(f"\n**Incremental rebuild** after appending to `{inc['file']}`: {f(inc['rebuild_s']['median'], 2)} s "
+               f"({inc['chunks_embedded']} chunks embedded, {inc['chunks_reused']} reused; "
+               f"{f(inc['vs_full_build'], 3)}× a full build). Rebuild with nothing changed: "
+               f"{f(inc['unchanged_rebuild_s']['median'], 2)} s.\n")
+    size = ix["size_on_disk"]
+    files = ", ".join(f"{k} {v} KiB" for k, v in size["by_file_kib"].items())
+    out.append(f"\n**Size on disk:** {size['total_kib']} KiB ({files}).\n")
+    return "\n".join(out)
+
+
+def section_scale(s: Mapping[str, Any]) -> str:
+    out = ["## 5. Scale\n",
+           f"1× is the real index ({s['base']['chunks']} chunks, dim {s['base']['dim']}). 10× and 100× are synthetic: "
+           f"copy c of chunk i has the chunk's text and its vector plus Gaussian noise (σ = {s['noise_sigma']} per "
+           "dimension, cosine ≈ 0.9 to the original), re-normalised, inserted through the same LlamaIndex "
+           "`VectorStoreIndex` + `FaissVectorStore(IndexFlatIP)` path (no re-embedding), persisted and reloaded, "
+           "each scale in a fresh process. Queries are the 140 real questions' embeddings (embedding time "
+           "excluded; it does not grow with the index). For the ANN comparison a second synthetic set mixes "
+           "random pairs of real chunk vectors (w·x_i + (1−w)·x_j + noise, w ∈ [0.2, 0.8]): near-duplicate copies "
+           "make the exact top 5 a near-tie between copies of one chunk, which is harder for ANN than real data.\n"]
+    rows = []
+    for r in s["per_scale"]:
+        q = r["query_ms"]
+        rows.append([f"{r['scale']}×", f(r["chunks"]), f(r["build_s"]["total"], 2), f(r["reload_s"], 2),
+                     f(q["llamaindex_retriever"]["median"], 3), f(q["faiss_flat"]["median"], 3),
+                     f(q["faiss_flat_1_thread"]["median"], 3), f(r["disk_mib"], 1), f(r["faiss_file_mib"], 1),
+                     f(r["peak_rss_mib"], 0)])
+    out.append(table(["scale", "chunks", "build s (no embedding)", "reload s", "retriever ms", "FAISS flat ms",
+                      "flat, 1 thread ms", "disk MiB", "of which FAISS MiB", "peak RSS MiB"], rows))
+    g = s["growth_1x_to_100x"]
+    last = s["per_scale"][-1]
+    per_vector_us = 1000 * last["query_ms"]["faiss_flat_1_thread"]["median"] / last["chunks"]
+    out.append(f"\nFlat search costs about {per_vector_us:.3f} µs per stored chunk (one thread, at 100×): "
+               f"≈ {1 / per_vector_us * 1000:,.0f} chunks per millisecond of query latency, so a flat index stays "
+               f"under 10 ms up to ≈ {10 / per_vector_us * 1000:,.0f} chunks.\n")
+    out.append(f"\nFrom 1× to 100×: build ×{g['build_s']}, reload ×{g['reload_s']}, "
+               f"retriever latency ×{g['retriever_ms']}, "
+               f"flat search ×{g['flat_1_thread_ms']}, disk ×{g['disk_mib']}, peak RSS ×{g['peak_rss_mib']}.\n")
+    ann_sets = (("100× synthetic near-duplicates (the index above)", s["ann_at_100x"]),
+                ("100× synthetic mixtures", s.get("ann_at_100x_mixtures")),
+                ("real HotpotQA passages", s.get("ann_real_hotpotqa")))
+    for title, a in ann_sets:
+        if not a:
+            continue
+        if "skipped" in a:
+            out.append(f"\n**ANN on {title}:** {a['skipped']}.\n")
+            continue
+        out.append(f"\n**Flat vs ANN, {title}** ({a['chunks']:,} vectors, one thread, recall@5 against exact):\n\n")
+        flat = a["flat"]["latency_ms"]
+        rows = [["IndexFlatIP", "—", "1.000", f(flat["median"], 4), f(flat["p95"], 4), "—"]]
+        for ef, v in a["hnsw"]["efSearch"].items():
+            rows.append([f"IndexHNSWFlat M={a['hnsw']['M']}", f"efSearch={ef}", f(v["recall_at_5"], 3),
+                         f(v["latency_ms"]["median"], 4), f(v["latency_ms"]["p95"], 4), f(a["hnsw"]["build_s"], 2)])
+        for nprobe, v in a["ivf"]["nprobe"].items():
+            rows.append([f"IndexIVFFlat nlist={a['ivf']['nlist']}", f"nprobe={nprobe}", f(v["recall_at_5"], 3),
+                         f(v["latency_ms"]["median"], 4), f(v["latency_ms"]["p95"], 4), f(a["ivf"]["build_s"], 2)])
+        out.append(table(["index", "parameter", "recall@5", "ms median", "ms p95", "build s"], rows))
+    return "\n".join(out)
+
+
+def section_memory(m: Mapping[str, Any]) -> str:
+    out = ["## 6. Peak memory\n",
+           "RSS high-water mark of each workload in its own process (`os.wait4` → `ru_maxrss`).\n"]
+    rows = []
+    for key, v in m.items():
+        if isinstance(v, Mapping) and "peak_rss_mib" in v:
+            rows.append([key, f"`{v['command']}`", f(v["peak_rss_mib"], 0), f(v["wall_s"], 1),
+                         f(v.get("rss_after_lab_mib"), 0), f(v.get("rss_after_run_mib"), 0)])
+    out.append(table(["workload", "command", "peak RSS MiB", "wall s", "RSS after Lab MiB", "RSS after run MiB"], rows))
+    for key, v in m.items():
+        if isinstance(v, Mapping) and v.get("rss_at_run_quarters_mib"):
+            out.append(f"\nRSS during `{key}` at 25 / 50 / 75 / 100 % of its run time: "
+                       f"{' / '.join(f(x, 0) for x in v['rss_at_run_quarters_mib'])} MiB.\n")
+    out.append(f"\nThe queries add {f(m['queries_cost_mib'], 0)} MiB to the peak of building the lab alone; the demo "
+               f"{f(m['demo_over_baseline_mib'], 0)} MiB.\n")
+    return "\n".join(out)
+
+
+SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
+            "scale": section_scale, "memory": section_memory}
+
+
+def render(results: Mapping[str, Any]) -> str:
+    m = results["machine"]
+    v = m["versions"]
+    b = results["benchmarks"]
+    out = ["# crag_lab benchmarks\n",
+           "Generated by `bench/run_all.py` (`make bench`); raw numbers in `bench/results.json`. "
+           "**Absolute times depend on the machine and on its load**; every ratio is measured side by side in one "
+           "run (contenders interleaved, medians), so ratios hold under load while absolute milliseconds do not. "
+           "Model calls and tokens are deterministic.\n",
+           f"- Command: `{results['command']}` — started {results['started']}, {f(results['total_wall_s'], 0)} s in all"
+           + (" — **QUICK MODE: fewer queries and repeats, not for reporting**" if results.get("quick") else ""),
+           f"- Machine: {m['cpu']}, {m['logical_cores']} logical cores ({m['physical_cores']} physical), "
+           f"{m['ram_gib']} GiB RAM, {m['os']}; torch threads {m['torch_threads']}",
+           f"- Load average (1/5/15 min) at start: {', '.join(str(x) for x in m['load_average'])}; at end: "
+           f"{', '.join(str(x) for x in results.get('load_average_end', []))}",
+           f"- Python {m['python']}; langgraph {v.get('langgraph')}, llama-index-core {v.get('llama-index-core')}, "
+           f"faiss-cpu {v.get('faiss-cpu')}, torch {v.get('torch')}, sentence-transformers "
+           f"{v.get('sentence-transformers')}, transformers {v.get('transformers')}, numpy {v.get('numpy')}\n"]
+    failures = {k: r for k, r in results["runs"].items() if not r.get("ok")}
+    for name, run in failures.items():
+        out.append(f"> **{name} failed** (exit {run.get('returncode')}); see its output in the `make bench` log.\n")
+    model_failures = sum(get(b, "calls", "modes", mode, "model_failures") or 0
+                         for mode in ("knowledge_base", "naive_rag", "per_item_grading"))
+    if model_failures or get(b, "replay", "source", "model_failures"):
+        out.append(f"> **Warning:** {model_failures} model calls failed every retry in the recorded runs (e.g. the "
+                   "grader could not load its calibration); grading numbers are not valid until that is fixed.\n")
+    out.append("## Headline\n")
+    out.append(headline(b))
+    out.append("\nPer-benchmark process (wall time, CPU time of the process tree, peak RSS, 1-minute load average "
+               "before → after):\n")
+    out.append(table(["benchmark", "ok", "wall s", "CPU s", "peak RSS MiB", "load before → after"],
+                     [[k, f(r.get("ok")), f(r.get("wall_s"), 0), f(r.get("cpu_s"), 0), f(r.get("peak_rss_mib"), 0),
+                       f"{(r.get('load_average_before') or [NA])[0]} → {(r.get('load_average_after') or [NA])[0]}"
+                       + (" (previous run)" if r.get("from_previous_run") else "")]
+                      for k, r in results["runs"].items()]))
+    for name, fn in SECTIONS.items():
+        if name in b:
+            out.append("\n" + fn(b[name]))
+    return "\n".join(out).rstrip() + "\n"
