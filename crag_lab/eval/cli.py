@@ -1,7 +1,7 @@
 """``crag-lab eval``: run a labelled query set through the agent's modes and write the metrics.
 
     crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json
-    crag-lab eval --dataset ../shared/datasets/squad2_dev250 --limit 60 --mode knowledge_base --json out.json
+    crag-lab eval --dataset path/to/beir_folder --limit 60 --mode knowledge_base --json out.json
 """
 
 from __future__ import annotations
