@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from crag_lab import plots
 from crag_lab.config import CragConfig
+from crag_lab.parsing import strip_stats_blocks
 
 if TYPE_CHECKING:
     from crag_lab.experiment import Experiment, QueryReplay, ReplayReport
@@ -414,7 +415,7 @@ def _trace_html(record: Mapping[str, Any], replayed: QueryReplay) -> str:
         "<th>grader scores (kept / dropped)</th><th>mean</th><th>recorded</th><th>now</th></tr>"
         + "".join(rows) + "</table>" if rows else "<i>no grading rounds (route skips the grader)</i>")
     note = f"<p><i>{esc(replayed.note)}</i></p>" if replayed.note else ""
-    answer = esc(str(record.get("answer", "")))
+    answer = esc(strip_stats_blocks(str(record.get("answer", ""))))
     if len(answer) > 600:
         answer = answer[:600] + "…"
     return (
@@ -431,8 +432,8 @@ def _rerun_html(result: AskResult, config: CragConfig) -> str:
     return (
         f"<div style='border-left:3px solid #2563eb;padding-left:6px'><b>Re-run</b> at "
         f"<code>{esc(_fmt_thresholds(config))}</code>: route <b>{esc(result.route)}</b>, "
-        f"{result.llm_calls} model calls<br><small>path: {esc(' → '.join(result.path))}</small>"
-        f"<pre style='white-space:pre-wrap'>{esc(result.answer)}</pre></div>"
+        f"{result.llm_calls} model calls, {result.tokens} tokens<br><small>path: {esc(' → '.join(result.path))}</small>"
+        f"<pre style='white-space:pre-wrap'>{esc(strip_stats_blocks(result.answer))}</pre></div>"
     )
 
 

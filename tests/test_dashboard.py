@@ -108,6 +108,7 @@ def test_rerun_button_runs_the_real_graph(dash: Dashboard) -> None:
     assert [c["task"] for c in llm.calls] == ["analyze", "plan", "grade", "synthesize"]
     assert dash.last_rerun.route == "GENERATE"  # the lab's grader says 0.9 ≥ 0.8
     assert "grade_evidence" in dash.rerun_result.value and "An answer" in dash.rerun_result.value
+    assert "LLM Usage Stats" not in dash.rerun_result.value  # the answer, not its stats block
     assert "generate 0.8" in dash.rerun_result.value
     assert dash.graph_path == dash.last_rerun.path and dash.graph_plot.title.get_text() == "g2: re-run path"
 
