@@ -37,8 +37,18 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
+# The runs behind docs/evaluation.md: the KB set, then the shared benchmark sets when they are there.
+DATASETS ?= ../shared/datasets
+EVAL_LIMIT ?= 100
 eval: $(STAMP)
-	$(BIN)/crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json
+	$(BIN)/crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json \
+		--markdown docs/eval/kb_queries.md --save-runs .cache/eval/runs --no-progress
+	@for ds in hotpotqa_distractor_dev250 squad2_dev250; do \
+		if [ -d $(DATASETS)/$$ds ]; then \
+			$(BIN)/crag-lab eval --dataset $(DATASETS)/$$ds --limit $(EVAL_LIMIT) --json docs/eval/$$ds.json \
+				--markdown docs/eval/$$ds.md --save-runs .cache/eval/runs --no-progress || exit 1; \
+		else echo "skipping $$ds: $(DATASETS)/$$ds not found"; fi; \
+	done
 
 clean:
 	rm -rf $(VENV) data/kb/.crag_index .pytest_cache .mypy_cache .ruff_cache

@@ -7,18 +7,37 @@ checks the worst case against its formula with a scripted model whose grader ans
 
     .venv/bin/python bench/bench_calls.py [--quick] [--json out.json]
 
-The recorded runs are saved under ``.cache/bench/runs/`` (the replay benchmark reuses them).
+The questions run in ``--workers`` processes side by side (default 2; one torch thread each, so two
+processes use two cores without fighting over them), each mode cut into slices that are merged back
+in question order; the outcome of a question does not depend on the thread count. With
+``--prefix-run`` the first knowledge_base records come from bench_memory.py's run of the same
+questions at the same config. The recorded runs are saved under ``.cache/bench/runs/`` (the replay
+benchmark reuses them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from _common import KB, QUERIES, RUNS, emit, grader_failures, log, parse_args, ratio, stratified, summary
+from _common import (
+    KB,
+    PYTHON,
+    QUERIES,
+    RUNS,
+    emit,
+    grader_failures,
+    log,
+    parse_args,
+    ratio,
+    stratified,
+    summary,
+)
 
 CLASSES = ("chitchat", "simple", "complex")
 QUALITY = ("answer_containment", "abstention_rate", "false_abstention_rate", "citation_precision", "citation_recall",
@@ -127,12 +146,122 @@ def worst_cases() -> list[dict[str, Any]]:
 def reuse_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="score the runs saved in .cache/bench/runs/ instead of running the questions again")
+    parser.add_argument("--prefix-run", help="a saved knowledge_base run of the first questions (bench_memory.py "
+                                             "writes one): only the remaining questions are run, to save time")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes that run the questions side by side, one torch thread each (default: "
+                             "2 on a machine with 2 or more cores; 1 runs everything in this process)")
+    parser.add_argument("--part", help=argparse.SUPPRESS)  # a worker: JSON list of [mode, start, end]
+    parser.add_argument("--part-out", help=argparse.SUPPRESS)
+
+
+def prefix_records(path: str | None, rows: Sequence[Mapping[str, Any]], config: Any) -> tuple[list[Any], float]:
+    """Records of an earlier run of the first ``rows`` at ``config`` (same ids, same config), else none."""
+    from crag_lab.experiment import Experiment
+
+    if not path or not Path(path).is_file():
+        return [], 0.0
+    exp = Experiment.load(path)
+    ids = [str(r["id"]) for r in exp.records]
+    if exp.config != config or ids != [str(r["id"]) for r in rows[: len(ids)]]:
+        log(f"calls: {path} is not a run of the first questions at this config; running everything")
+        return [], 0.0
+    log(f"calls: reusing the first {len(ids)} knowledge_base records from {path}")
+    return exp.records, float(exp.meta.get("wall_s") or 0.0)
+
+
+# Rough seconds per question of each mode (offline model), only to split the work evenly between workers.
+COST = {"knowledge_base": 1.8, "naive_rag": 0.8, "per_item_grading": 4.0}
+
+
+def run_slices(slices: Sequence[tuple[str, int, int]], rows: Sequence[Mapping[str, Any]],
+               prefix_run: str | None) -> list[Any]:
+    """Run rows[start:end] of each mode in this process; one Experiment per slice (meta: wall_s, reused)."""
+    from crag_lab import Lab
+    from crag_lab.eval import mode_setup
+
+    lab = Lab.from_directory(KB, remote=False)
+    lab.ask("warm-up: which port does the gateway use?")  # loads the embedding model and the grader
+    out = []
+    for mode, start, end in slices:
+        graph_mode, cfg = mode_setup(mode, lab.config)
+        done, done_s = (prefix_records(prefix_run, rows, cfg) if mode == "knowledge_base" and start == 0
+                        else ([], 0.0))
+        done = done[: end - start]
+        log(f"calls: {mode} on questions {start + len(done) + 1}-{end}")
+        t0 = time.perf_counter()
+        exp = lab.run(rows[start + len(done):end], config=cfg, mode=graph_mode, shadow_grading=True)
+        exp.records[:0] = done
+        exp.meta.update(eval_mode=mode, wall_s=round(time.perf_counter() - t0 + done_s, 2), reused=len(done))
+        out.append(exp)
+    return out
+
+
+def plan_slices(n: int, prefix: int, workers: int) -> list[list[tuple[str, int, int]]]:
+    """Split the three modes' questions into ``workers`` lists of about equal estimated cost.
+
+    Whole modes go to the first worker in order until it holds its share; per_item_grading (the
+    dearest) is cut at a question boundary. Records are merged back in question order.
+    """
+    from crag_lab.eval import COMPARED_MODES
+
+    cost = {m: COST[m] * (n - prefix if m == "knowledge_base" else n) for m in COMPARED_MODES}
+    share = sum(cost.values()) / workers
+    plans: list[list[tuple[str, int, int]]] = [[] for _ in range(workers)]
+    w, load = 0, 0.0
+    for mode in sorted(COMPARED_MODES, key=lambda m: m == "per_item_grading"):
+        start = 0
+        while start < n:
+            per_q = cost[mode] / n
+            room = share - load
+            take = n - start if w == workers - 1 else max(1, min(n - start, round(room / per_q))) if room > 0 else 0
+            if take:
+                plans[w].append((mode, start, start + take))
+                load += take * per_q
+                start += take
+            if start < n:
+                w, load = w + 1, 0.0
+    return [p for p in plans if p]
+
+
+def run_in_workers(plans: Sequence[Sequence[tuple[str, int, int]]], args: argparse.Namespace) -> dict[str, Any]:
+    """Run each plan in its own process at once (one torch thread each); merge the slices per mode."""
+    import subprocess
+
+    from crag_lab.experiment import Experiment
+
+    folder = RUNS / "parts"
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = []
+    for i, plan in enumerate(plans):
+        cmd = [PYTHON, __file__, "--part", json.dumps(plan), "--part-out", str(folder / f"worker{i}"),
+               *(["--quick"] if args.quick else []), *(["--prefix-run", args.prefix_run] if args.prefix_run else [])]
+        log(f"calls: worker {i}: {', '.join(f'{m} {a + 1}-{b}' for m, a, b in plan)}")
+        procs.append(subprocess.Popen(cmd, env=env))
+    codes = [proc.wait() for proc in procs]
+    if any(codes):
+        raise RuntimeError(f"calls: a worker failed (exit codes {codes})")
+    slices: dict[str, list[Any]] = {}
+    for i, plan in enumerate(plans):
+        for j, (mode, start, _) in enumerate(plan):
+            exp = Experiment.load(folder / f"worker{i}-{j}.jsonl")
+            slices.setdefault(mode, []).append((start, exp))
+    merged = {}
+    for mode, parts in slices.items():
+        parts.sort(key=lambda p: p[0])
+        first = parts[0][1]
+        if any(p.config != first.config for _, p in parts):
+            raise RuntimeError(f"calls: the {mode} slices ran at different configs")
+        meta = {**first.meta, "wall_s": round(sum(float(p.meta["wall_s"]) for _, p in parts), 2),
+                "reused": sum(int(p.meta.get("reused", 0)) for _, p in parts), "slices": len(parts)}
+        merged[mode] = Experiment(first.config, [r for _, p in parts for r in p.records], meta)
+    return merged
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__.splitlines()[0], argv, reuse_flag)
-    from crag_lab import Lab
-    from crag_lab.eval import COMPARED_MODES, Evaluation, load_kb_queries, mode_setup
+    from crag_lab.eval import COMPARED_MODES, Evaluation, load_kb_queries
     from crag_lab.eval.datasets import EvalSet
     from crag_lab.experiment import Experiment
 
@@ -140,9 +269,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     dataset = load_kb_queries(QUERIES, kb=KB)
     if args.quick:
         dataset = EvalSet(dataset.name, stratified(dataset.queries, 24), dataset.source, kb=dataset.kb)  # type: ignore[arg-type]
+    if args.part:  # a worker of run_in_workers
+        import torch
+
+        torch.set_num_threads(1)
+        plan = [(str(m), int(a), int(b)) for m, a, b in json.loads(args.part)]
+        for j, exp in enumerate(run_slices(plan, dataset.rows(), args.prefix_run)):
+            exp.save(f"{args.part_out}-{j}.jsonl")
+        return {}
     labels = {q.id: q.complexity for q in dataset.queries}
     rows = dataset.rows()
-    experiments, configs, wall = {}, {}, {}
+    experiments, configs, wall, reused = {}, {}, {}, {}
+    split: list[list[str]] = []  # the questions each worker process ran (empty: scored saved runs)
     saved = {mode: RUNS / f"{mode}{'-quick' if args.quick else ''}.jsonl" for mode in COMPARED_MODES}
     if args.reuse and all(p.is_file() for p in saved.values()):
         log(f"calls: scoring the saved runs in {RUNS}")
@@ -150,17 +288,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             exp = Experiment.load(path)
             experiments[mode], configs[mode], wall[mode] = exp, exp.config, exp.meta.get("wall_s")
     else:
-        lab = Lab.from_directory(KB, remote=False)
-        lab.ask("warm-up: which port does the gateway use?")  # loads the embedding model and the grader
+        prefix = len(Experiment.load(args.prefix_run)) if args.prefix_run and Path(args.prefix_run).is_file() else 0
+        plans = plan_slices(len(rows), prefix, max(1, args.workers))
+        split = [[f"{m} {a + 1}-{b}" for m, a, b in plan] for plan in plans]
+        if len(plans) == 1:
+            runs = dict(zip([m for m, _, _ in plans[0]], run_slices(plans[0], rows, args.prefix_run), strict=True))
+        else:
+            runs = run_in_workers(plans, args)
         for mode in COMPARED_MODES:
-            graph_mode, cfg = mode_setup(mode, lab.config)
-            log(f"calls: {mode} on {len(rows)} questions")
-            t0 = time.perf_counter()
-            exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=True)
-            wall[mode] = round(time.perf_counter() - t0, 2)
-            exp.meta.update(eval_mode=mode, wall_s=wall[mode])
+            exp = runs[mode]
+            if [str(r["id"]) for r in exp.records] != [str(r["id"]) for r in rows]:
+                raise RuntimeError(f"calls: the {mode} run does not hold every question once, in order")
+            wall[mode], reused[mode] = exp.meta["wall_s"], int(exp.meta.get("reused", 0))
             exp.save(saved[mode])
-            experiments[mode], configs[mode] = exp, cfg
+            experiments[mode], configs[mode] = exp, exp.config
     ev = Evaluation.from_experiments(dataset, experiments, configs)
 
     modes: dict[str, Any] = {}
@@ -170,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         n = len(totals)
         modes[mode] = {
             "wall_s": wall[mode],
+            "records_reused_from_memory_run": reused.get(mode, 0),
             "model_failures": grader_failures(exp.records),
             "calls_per_query": round(sum(t["calls"] for t in totals) / n, 3),
             "tokens_per_query": round(sum(t["tokens"] for t in totals) / n, 1),
@@ -219,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result = {
         "questions": len(rows),
         "quick": args.quick,
+        "workers": split,
         "modes": modes,
         "ratios": ratios,
         "paired_containment": paired,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import KB, PYTHON, QUERIES, ROOT, RUNS, emit, load_rows, log, parse_args, run_child
+from _common import KB, PYTHON, QUERIES, ROOT, RUNS, emit, log, parse_args, run_child
 
 
 def rss_mib() -> float:
@@ -30,6 +30,7 @@ def child(n_queries: int) -> dict[str, Any]:
     """Build the lab, then (if ``n_queries``) run the first questions as one experiment."""
     t0 = time.perf_counter()
     from crag_lab import Lab
+    from crag_lab.eval import load_kb_queries
 
     lab = Lab.from_directory(KB, remote=False)
     out: dict[str, Any] = {"lab_s": round(time.perf_counter() - t0, 2), "rss_after_lab_mib": rss_mib()}
@@ -44,12 +45,15 @@ def child(n_queries: int) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, daemon=True)
         t1 = time.perf_counter()
         sampler.start()
-        exp = lab.run(load_rows(n_queries))
+        # The same rows as bench_calls.py (the evaluation's), so that it can reuse this run's records.
+        exp = lab.run(load_kb_queries(QUERIES, kb=KB).rows()[:n_queries])
         done.set()
         sampler.join()
         quarters = [samples[min(len(samples) - 1, int(len(samples) * q / 4))] for q in (1, 2, 3, 4)] if samples else []
-        out.update(run_s=round(time.perf_counter() - t1, 2), rss_after_run_mib=rss_mib(), records=len(exp.records),
+        run_s = round(time.perf_counter() - t1, 2)
+        out.update(run_s=run_s, rss_after_run_mib=rss_mib(), records=len(exp.records),
                    rss_at_run_quarters_mib=quarters)
+        exp.meta.update(eval_mode="knowledge_base", wall_s=run_s)
         exp.save(RUNS / f"memory-{n_queries}.jsonl")
     return out
 

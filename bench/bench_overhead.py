@@ -53,7 +53,7 @@ def engine_split(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     lab = Lab([TimedTool(t, clock) for t in base.tools.values()], config=base.config, kb=base.kb,
               embed_model=default_embed_model())
     retriever = base.kb.vector_retriever(base.config.top_k)
-    for row in rows[:6]:  # warm: embedding model, grader, BM25 index, LangGraph compile
+    for row in rows[:3]:  # warm: embedding model, grader, BM25 index, LangGraph compile
         lab.ask(row["question"])
         retriever.retrieve(row["question"])
     per_query: list[dict[str, Any]] = []
@@ -168,7 +168,7 @@ def scripted_bookkeeping(repeats: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__.splitlines()[0], argv)
     started = time.perf_counter()
-    rows = stratified(load_rows(), 24 if args.quick else 40)
+    rows = stratified(load_rows(), 16 if args.quick else 24)
     log(f"overhead: {len(rows)} questions, offline model, warm index")
     result: dict[str, Any] = {"engine": engine_split(rows)}
     log("overhead: scripted model and static tools")

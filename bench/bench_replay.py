@@ -2,12 +2,18 @@
 
 The rounds come from a real run (``.cache/bench/runs/knowledge_base.jsonl``, written by
 bench_calls.py; recorded here if missing): the records that have grading rounds are replicated
-(new ids) until they hold 10,000 rounds. ``Experiment.replay`` is timed at several threshold changes
-alongside the vectorised prototype of ``bench/fast_replay.py`` (interleaved, medians, wall and CPU
-time), whose results are checked equal to the engine's on every configuration. The graph is re-run
-on a sample of the same questions at the new thresholds for the ratio.
+(new ids) until they hold 10,000 rounds. ``Experiment.replay`` (its default, vectorised engine,
+compiled once per experiment) is timed at several threshold changes alongside the scalar reference
+``Experiment.replay(..., engine="scalar")`` (interleaved, medians, wall and CPU time); their reports
+are checked equal on every configuration. The graph is re-run on a sample of the same questions at
+the new thresholds for the ratio.
 
     .venv/bin/python bench/bench_replay.py [--quick] [--json out.json]
+
+Result keys: ``replay_ms`` (the default engine), ``scalar_ms`` (the reference), ``equal_to_scalar``,
+``per_change``, ``rerun``. The older keys that bench/_report.py reads are kept, with today's meaning:
+``engine_replay_ms`` and ``fast_replay_ms`` are both the default engine; ``fast_equal_to_engine`` is
+its equality with the reference; per change, ``engine_ms`` is the reference and ``fast_ms`` the default.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from _common import KB, RUNS, emit, grader_failures, load_rows, log, parse_args, ratio, summary
+from _common import KB, RUNS, emit, grader_failures, load_average, load_rows, log, parse_args, ratio, summary
 
 TARGET_ROUNDS = 10_000
 CHANGES: dict[str, dict[str, Any]] = {
@@ -86,14 +92,14 @@ def timed(fn: Any) -> tuple[float, float]:
     return (time.perf_counter() - w) * 1000, (time.process_time() - c) * 1000
 
 
-def profile_replay(exp: Any, changes: dict[str, Any]) -> list[dict[str, Any]]:
+def profile_replay(exp: Any, changes: dict[str, Any], engine: str) -> list[dict[str, Any]]:
     """The functions replay spends its own time in (cProfile, garbage collector off)."""
     gc.collect()
     gc.disable()
     try:
         prof = cProfile.Profile()
         prof.enable()
-        exp.replay(**changes)
+        exp.replay(**changes, engine=engine)
         prof.disable()
     finally:
         gc.enable()
@@ -108,7 +114,6 @@ def profile_replay(exp: Any, changes: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__.splitlines()[0], argv)
-    from fast_replay import CompiledExperiment
 
     started = time.perf_counter()
     recorded = recorded_run(args.quick)
@@ -117,41 +122,42 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     n_items = sum(len(rnd["items"]) for r in big.records for rnd in r["rounds"])
     log(f"replay: {len(big.records)} records, {n_rounds} rounds, {n_items} graded items")
 
+    # The first replay builds the arrays (once per experiment): its cost beyond a compiled replay.
+    first = timed(lambda: big.replay(big.config))
+    again = timed(lambda: big.replay(big.config))
+    compile_ms = {"wall": round(first[0] - again[0], 1), "cpu": round(first[1] - again[1], 1),
+                  "first_replay_wall": round(first[0], 1), "first_replay_cpu": round(first[1], 1)}
     # Sanity: replay at the recorded thresholds changes nothing.
     same = big.replay(big.config).totals()
 
-    w0, c0 = time.perf_counter(), time.process_time()
-    fast = CompiledExperiment(big)
-    compile_ms = {"wall": round((time.perf_counter() - w0) * 1000, 1),
-                  "cpu": round((time.process_time() - c0) * 1000, 1)}
-
     configs = random_configs(8 if args.quick else 15) + list(CHANGES.values())
-    equal = sum(fast.replay(**c).queries == big.replay(**c).queries for c in configs)
-    log(f"replay: vectorised == engine on {equal}/{len(configs)} configurations")
+    equal = sum(big.replay(**c) == big.replay(**c, engine="scalar") for c in configs)
+    log(f"replay: default engine == scalar reference on {equal}/{len(configs)} configurations")
 
     repeats = 5 if args.quick else 7
     per_change: dict[str, Any] = {}
-    engine_wall, engine_cpu, fast_wall, fast_cpu = [], [], [], []
+    fast_wall, fast_cpu, scalar_wall, scalar_cpu = [], [], [], []
     for label, changes in CHANGES.items():
-        rows: dict[str, list[tuple[float, float]]] = {"engine": [], "fast": []}
+        rows: dict[str, list[tuple[float, float]]] = {"vectorised": [], "scalar": []}
         for rep in range(repeats):
-            pair = [("engine", lambda c=changes: big.replay(**c)), ("fast", lambda c=changes: fast.replay(**c))]
+            pair = [("vectorised", lambda c=changes: big.replay(**c)),
+                    ("scalar", lambda c=changes: big.replay(**c, engine="scalar"))]
             for name, fn in pair if rep % 2 == 0 else reversed(pair):
                 rows[name].append(timed(fn))
         report = big.replay(**changes)
         visited = sum(len(q.actions) for q in report.queries)
-        ew = statistics.median(w for w, _ in rows["engine"])
-        ec = statistics.median(c for _, c in rows["engine"])
-        fw = statistics.median(w for w, _ in rows["fast"])
-        fc = statistics.median(c for _, c in rows["fast"])
-        engine_wall.append(ew)
-        engine_cpu.append(ec)
+        fw = statistics.median(w for w, _ in rows["vectorised"])
+        fc = statistics.median(c for _, c in rows["vectorised"])
+        sw = statistics.median(w for w, _ in rows["scalar"])
+        sc = statistics.median(c for _, c in rows["scalar"])
         fast_wall.append(fw)
         fast_cpu.append(fc)
+        scalar_wall.append(sw)
+        scalar_cpu.append(sc)
+        fast_ms, scalar_ms = {"wall": round(fw, 1), "cpu": round(fc, 1)}, {"wall": round(sw, 1), "cpu": round(sc, 1)}
         per_change[label] = {"rounds_redecided": visited, "needs_rerun": report.totals()["needs_rerun"],
-                             "engine_ms": {"wall": round(ew, 1), "cpu": round(ec, 1)},
-                             "fast_ms": {"wall": round(fw, 1), "cpu": round(fc, 1)},
-                             "speedup_wall": ratio(ew, fw, 1)}
+                             "replay_ms": fast_ms, "scalar_ms": scalar_ms, "speedup_wall": ratio(sw, fw, 1),
+                             "engine_ms": scalar_ms, "fast_ms": fast_ms}
 
     # Garbage collection share: the same replays with the collector off.
     gc_off = []
@@ -174,28 +180,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     new_config = big.config.model_copy(update=CHANGES["relevance_floor=0.4"])
     rerun_ms, replay_one_ms = [], []
     for n, rec in enumerate(sample):
-        single = type(big)(big.config, [rec])
+        single = type(big)(big.config, [rec])  # a new experiment: its first replay compiles it
         pair = [("rerun", lambda q=rec["query"]: rerun_ms.append(lab.ask(q, config=new_config).latency_ms)),
                 ("replay", lambda s=single: replay_one_ms.append(timed(lambda: s.replay(new_config))[0]))]
         for _name, fn in pair if n % 2 == 0 else reversed(pair):
             fn()
     mean_rerun = statistics.fmean(rerun_ms)
-    replay_headline = statistics.median(engine_wall)
+    replay_headline = statistics.median(fast_wall)
+    replay_ms = {"wall_median": round(replay_headline, 1), "cpu_median": round(statistics.median(fast_cpu), 1),
+                 "cpu_gc_off_median": round(statistics.median(gc_off), 1), "compile": compile_ms}
+    scalar_ms = {"wall_median": round(statistics.median(scalar_wall), 1),
+                 "cpu_median": round(statistics.median(scalar_cpu), 1)}
     result = {
         "quick": args.quick,
+        "load_average": load_average(),
         "source": {"records": len(recorded.records), "with_rounds": len(source),
                    "model_failures": grader_failures(recorded.records)},
         "replicated": {"records": len(big.records), "rounds": n_rounds, "items": n_items},
         "recorded_thresholds_flip_nothing": same["decisions_flipped"] == 0 and same["queries_changed"] == 0,
-        "engine_replay_ms": {"wall_median": round(replay_headline, 1),
-                             "cpu_median": round(statistics.median(engine_cpu), 1),
-                             "cpu_gc_off_median": round(statistics.median(gc_off), 1)},
-        "fast_replay_ms": {"wall_median": round(statistics.median(fast_wall), 1),
-                           "cpu_median": round(statistics.median(fast_cpu), 1), "compile": compile_ms},
-        "fast_equal_to_engine": f"{equal}/{len(configs)}",
-        "fast_equal_all": equal == len(configs),
+        "replay_ms": replay_ms,
+        "scalar_ms": scalar_ms,
+        "speedup_over_scalar_cpu": ratio(scalar_ms["cpu_median"], replay_ms["cpu_median"], 1),
+        "equal_to_scalar": f"{equal}/{len(configs)}",
+        "equal_all": equal == len(configs),
         "per_change": per_change,
-        "profile_engine": profile_replay(big, CHANGES["generate_threshold=0.6"]),
+        "profile_replay": profile_replay(big, CHANGES["generate_threshold=0.6"], "vectorised"),
+        "profile_scalar": profile_replay(big, CHANGES["generate_threshold=0.6"], "scalar"),
         "rerun": {"questions": len(sample), "graph_ms_per_query": summary(rerun_ms, 1),
                   "replay_ms_per_query": summary(replay_one_ms, 3),
                   "estimated_graph_s_for_replicated_set": round(mean_rerun * len(big.records) / 1000, 1),
@@ -203,10 +213,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   "per_query_speedup": ratio(statistics.median(rerun_ms), statistics.median(replay_one_ms), 0)},
         # Judged on CPU time: equal to wall time for this single-threaded code on an idle machine, and
         # unaffected by other processes on a busy one (the wall medians are reported too).
-        "targets": {"engine_replay_le_50ms": statistics.median(engine_cpu) <= 50,
-                    "fast_replay_le_50ms": statistics.median(fast_cpu) <= 50},
+        "targets": {"replay_le_50ms": replay_ms["cpu_median"] <= 50, "equal_to_scalar": equal == len(configs)},
         "wall_s": round(time.perf_counter() - started, 1),
     }
+    # The keys bench/_report.py reads (see the module docstring for what they mean now).
+    result |= {"engine_replay_ms": replay_ms, "fast_replay_ms": replay_ms, "fast_equal_to_engine": result["equal_to_scalar"],
+               "fast_equal_all": result["equal_all"], "profile_engine": result["profile_replay"]}
     emit(result, args.json_out)
     return result
 

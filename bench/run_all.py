@@ -21,11 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, ROOT, SCRATCH, load_average, log, machine, run_child
+from _common import PYTHON, ROOT, RUNS, SCRATCH, load_average, log, machine, run_child
 
 BENCH = Path(__file__).resolve().parent
-# Order matters: replay reuses the knowledge_base run that calls records.
-BENCHMARKS = ("calls", "replay", "overhead", "index", "scale", "memory")
+# Order matters: calls reuses the 100-question run that memory records (the same questions at the same
+# config, deterministic), and replay the knowledge_base run that calls records.
+BENCHMARKS = ("memory", "calls", "replay", "overhead", "index", "scale")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         json_out = SCRATCH / "results" / f"{name}.json"
         json_out.unlink(missing_ok=True)
         cmd = [PYTHON, str(BENCH / f"bench_{name}.py"), "--json", str(json_out), *(["--quick"] if args.quick else [])]
+        if name == "calls" and results["runs"].get("memory", {}).get("ok"):
+            cmd += ["--prefix-run", str(RUNS / "memory-100.jsonl")]
         log(f"== {name}: {' '.join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))}")
         load_before = load_average()
         child = run_child(cmd, timeout_s=3600, echo=True)

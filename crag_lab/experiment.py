@@ -4,11 +4,15 @@
 (items with provenance, tool, vector score, grader score, the pre-filter rule, the action, the
 thresholds in force), model calls, tokens and latency per node, the answer and its citations.
 
-`Experiment.replay` re-decides every recorded round with the same pure functions the graph uses
-(`crag_lab.decisions`). It is exact for every round the recording contains; where a changed decision
-would lead the run somewhere the recording never went (another REFINE round, a RE_RETRIEVE that did
-not happen), replay says so (``outcome == "needs_rerun"``) instead of guessing: `Lab.rerun` runs
-the real graph for those.
+`Experiment.replay` re-decides every recorded round with the rules of the pure functions the graph
+uses (`crag_lab.decisions`). It is exact for every round the recording contains; where a changed
+decision would lead the run somewhere the recording never went (another REFINE round, a RE_RETRIEVE
+that did not happen), replay says so (``outcome == "needs_rerun"``) instead of guessing: `Lab.rerun`
+runs the real graph for those.
+
+`replay_record` replays one query by calling those functions round by round: it is the reference.
+By default `Experiment.replay` decides all rounds at once with numpy (`crag_lab._replay`, fast enough
+for a slider over 10,000 rounds) and gives the same `QueryReplay`s, field for field.
 """
 
 from __future__ import annotations
@@ -18,13 +22,16 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from crag_lab import decisions
+from crag_lab import _replay, decisions
+from crag_lab._replay import grader_cost, recorded_fields
 from crag_lab.config import CragConfig
 
 SCHEMA_VERSION = 1
 FINAL_OUTCOMES = ("chitchat", "simple", "GENERATE", "capped", "needs_rerun", "other")
+Engine = Literal["vectorised", "scalar"]
+ENGINES: tuple[Engine, ...] = ("vectorised", "scalar")
 
 
 def _round_decision(rnd: Mapping[str, Any], config: CragConfig) -> tuple[decisions.Decision | None, str | None]:
@@ -44,18 +51,9 @@ def _round_decision(rnd: Mapping[str, Any], config: CragConfig) -> tuple[decisio
     elif rnd.get("shadow"):
         scores = [float(s) for s in rnd["shadow"]["scores"]]
     else:
-        return None, "the pre-filter skipped the grader when recorded and no shadow grades were kept"
+        return None, _replay.NOTE_NO_SHADOW
     return decisions.decide(scores, floor=config.relevance_floor, generate_threshold=config.generate_threshold,
                             aggregator=config.aggregator), None
-
-
-def _grader_cost(rnd: Mapping[str, Any]) -> tuple[int, int]:
-    """Calls and tokens the grader spends on this round when it is not skipped."""
-    if rnd.get("rule") is None:
-        return int(rnd.get("grader_calls", 0)), int(rnd.get("grader_tokens", 0))
-    shadow = rnd.get("shadow") or {}
-    usage = shadow.get("usage", [])
-    return len(usage), sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage)
 
 
 @dataclass
@@ -154,29 +152,15 @@ class ReplayReport:
         ]
 
 
-def _outcome(record: Mapping[str, Any]) -> str:
-    complexity = record.get("complexity")
-    rounds = record.get("rounds", [])
-    if complexity in ("chitchat", "simple") or not rounds:
-        return str(complexity or "other")
-    last = rounds[-1]
-    if last["action"] == "GENERATE":
-        return "GENERATE"
-    return "capped" if last["capped"] else "other"
-
-
 def replay_record(record: Mapping[str, Any], config: CragConfig) -> QueryReplay:
-    """Replay one recorded query at ``config`` (see the module docstring for what is exact)."""
+    """Replay one recorded query at ``config``, round by round (see the module docstring for what is exact).
+
+    The reference implementation: ``Experiment.replay(..., engine="scalar")`` calls it per query, and
+    the default vectorised engine must give the same result.
+    """
     rounds = list(record.get("rounds", []))
-    recorded_outcome = _outcome(record)
-    recorded_actions = [r["action"] for r in rounds]
-    base = {
-        "id": str(record.get("id")), "query": record["query"], "complexity": record.get("complexity"),
-        "recorded_outcome": recorded_outcome, "recorded_actions": recorded_actions,
-        "recorded_first_action": recorded_actions[0] if recorded_actions else None,
-        "recorded_items_kept": sum(len(r["kept"]) for r in rounds),
-        "recorded_items_dropped": sum(len(r["dropped"]) for r in rounds),
-    }
+    base = recorded_fields(record)
+    recorded_outcome: str = base["recorded_outcome"]
     if not rounds:
         return QueryReplay(**base, outcome=recorded_outcome, first_action=None, actions=[], flipped_rounds=[],
                            fast_path_gained=[], fast_path_lost=[], items_kept=0, items_dropped=0,
@@ -201,7 +185,7 @@ def replay_record(record: Mapping[str, Any], config: CragConfig) -> QueryReplay:
                 gained.append(decision.rule)
             if rnd.get("rule") is not None:
                 lost.append(str(rnd["rule"]))
-        grader_calls, grader_tokens = _grader_cost(rnd)
+        grader_calls, grader_tokens = grader_cost(rnd)
         if decision.rule is None and rnd.get("rule") is not None:
             calls, tokens = calls + grader_calls, tokens + grader_tokens
         elif decision.rule is not None and rnd.get("rule") is None:
@@ -238,11 +222,17 @@ def replay_record(record: Mapping[str, Any], config: CragConfig) -> QueryReplay:
 
 @dataclass
 class Experiment:
-    """Recorded runs of a query set under one config. Save, load, replay."""
+    """Recorded runs of a query set under one config. Save, load, replay.
+
+    ``records`` are treated as recorded data. Adding, removing or replacing records is fine (replay
+    notices), but replay does not notice a record edited in place: build a new ``Experiment``
+    instead, or replay with ``engine="scalar"``.
+    """
 
     config: CragConfig
     records: list[dict[str, Any]]
     meta: dict[str, Any] = field(default_factory=dict)
+    _compiled: _replay.CompiledRounds | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -250,17 +240,46 @@ class Experiment:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.records)
 
-    def replay(self, config: CragConfig | Mapping[str, Any] | None = None, **changes: Any) -> ReplayReport:
+    def replay(self, config: CragConfig | Mapping[str, Any] | None = None, *, engine: Engine = "vectorised",
+               **changes: Any) -> ReplayReport:
         """Re-decide every recorded round at ``config`` (or the recorded config with ``changes``).
 
         No model is called. ``exp.replay(relevance_floor=0.5)`` is the same as
         ``exp.replay(exp.config.model_copy(update={"relevance_floor": 0.5}))``.
+
+        ``engine`` only changes the speed, never the result. ``"vectorised"`` (the default) decides
+        every round at once with numpy: the first replay also builds the arrays (costing one or two
+        scalar replays), which are kept until ``records`` changes; each later replay is several times
+        faster than a scalar one. ``"scalar"`` calls `replay_record` for each query: the reference.
+        Either way Python's garbage collector is paused while the report is built (see
+        `crag_lab._replay.collector_paused`).
+
+        >>> items = [{"id": f"d{i}", "tool": "keyword_search", "grader_score": s} for i, s in enumerate([0.9, 0.6, 0.2])]
+        >>> rnd = {"iteration": 1, "round_tools": ["keyword_search"], "items": items, "rule": None, "action": "GENERATE",
+        ...        "kept": ["d0", "d1"], "dropped": ["d2"], "capped": False, "thresholds": {"max_iterations": 3}}
+        >>> exp = Experiment(CragConfig(), [{"id": "q1", "query": "?", "complexity": "complex", "rounds": [rnd]}])
+        >>> q = exp.replay(generate_threshold=0.8).queries[0]  # the mean of 0.9 and 0.6 no longer answers
+        >>> q.actions, q.outcome
+        (['REFINE'], 'needs_rerun')
+        >>> exp.replay(generate_threshold=0.8, engine="scalar").queries[0] == q
+        True
         """
+        if engine not in ENGINES:
+            raise ValueError(f"unknown replay engine {engine!r}; choose one of {list(ENGINES)}")
         if config is None:
             config = self.config.with_changes(**changes)
         elif isinstance(config, Mapping):
             config = self.config.with_changes(**(dict(config) | changes))
-        return ReplayReport(config, [replay_record(r, config) for r in self.records])
+        with _replay.collector_paused():
+            if engine == "scalar" or not _replay.supports(config):
+                return ReplayReport(config, [replay_record(r, config) for r in self.records])
+            if self._compiled is None or not self._compiled.matches(self.records):
+                self._compiled = _replay.CompiledRounds(self.records)
+            replayed = self._compiled.replay(config)
+            return ReplayReport(config, [
+                replay_record(record, config) if fields is None else QueryReplay(**fields)
+                for record, fields in zip(self.records, replayed, strict=True)
+            ])
 
     # ---- aggregates the plots and tables use --------------------------------------------------
 

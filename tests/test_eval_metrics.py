@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from crag_lab.eval import metrics as m
-from crag_lab.eval.metrics import GoldRef
+from crag_lab.eval.metrics import LOSS_STAGES, GoldRef, loss_stage
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 # ---- the overlap rule ----------------------------------------------------------------------------
@@ -188,3 +189,24 @@ def test_fast_path_rates_per_round_and_per_question() -> None:
     assert rates == {"read_file": 0.0, "few_context": 0.25, "high_vector_score": 0.25,
                      "chitchat": 0.25, "simple": 0.5}
     assert set(m.fast_path_rates([], []).values()) == {None}
+
+
+@pytest.mark.parametrize(("flags", "stage"), [
+    ({"contained": True, "abstained": False, "retrieved_gold": False, "evidence_gold": False, "cited_gold": False},
+     "answered"),  # contained wins even when the gold passage was never seen (the answer came from elsewhere)
+    ({"contained": False, "abstained": True, "retrieved_gold": False, "evidence_gold": False, "cited_gold": False},
+     "not_retrieved"),
+    ({"contained": False, "abstained": True, "retrieved_gold": True, "evidence_gold": False, "cited_gold": False},
+     "dropped_by_grader"),
+    ({"contained": False, "abstained": True, "retrieved_gold": True, "evidence_gold": True, "cited_gold": False},
+     "abstained"),
+    ({"contained": False, "abstained": False, "retrieved_gold": True, "evidence_gold": True, "cited_gold": False},
+     "not_cited"),
+    ({"contained": False, "abstained": False, "retrieved_gold": True, "evidence_gold": True, "cited_gold": True},
+     "not_quoted"),
+    ({"contained": None, "abstained": False, "retrieved_gold": True, "evidence_gold": True, "cited_gold": True},
+     None),
+])
+def test_loss_stage_is_the_first_stage_that_missed(flags: dict[str, Any], stage: str | None) -> None:
+    assert loss_stage(**flags) == stage
+    assert stage is None or stage in LOSS_STAGES

@@ -139,6 +139,31 @@ def test_json_and_markdown_outputs(ev: Evaluation) -> None:
     assert "Routing confusion" in md and "By route, `knowledge_base`" in md
 
 
+def test_loss_stages_follow_the_gold_passage_through_the_pipeline(ev: Evaluation) -> None:
+    # q1 is the one answerable question with gold: answered in every mode; the others cannot say.
+    for mode in ev.modes:
+        assert ev.loss_stages(mode) == {"answered": 1, "not_retrieved": 0, "dropped_by_grader": 0, "abstained": 0,
+                                        "not_cited": 0, "not_quoted": 0}
+    assert ev.to_json()["modes"]["naive_rag"]["loss_stages"]["answered"] == 1
+    assert "| dropped_by_grader |" in ev.to_markdown()
+
+
+def test_a_gold_passage_below_the_floor_is_lost_at_the_grader() -> None:
+    class DropsGold(FakeModel):
+        def complete(self, task: str, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
+            if task == "grade":  # the gold passage scores under the 0.3 floor, the others above it
+                return ModelReply(json.dumps([0.1 if "8443" in str(i["text"]) else 0.6 for i in inputs["items"]]), 5, 2)
+            if task == "synthesize" and inputs.get("kind", "answer") == "answer":
+                return ModelReply("Ports are numbers [1].", 5, 2)
+            return super().complete(task, prompt, inputs)
+
+    lab = Lab([StaticTool("vector_search", ITEMS)], llm=DropsGold(), config=CragConfig(model_retries=0))
+    run = evaluate(lab, dataset(), modes=["knowledge_base", "naive_rag"])
+    assert run.loss_stages("knowledge_base")["dropped_by_grader"] == 1
+    # No grader: the gold passage reached the synthesizer as [1] and was cited, without the answer quoted.
+    assert run.loss_stages("naive_rag")["not_quoted"] == 1
+
+
 def test_from_experiments_rescores_saved_runs(ev: Evaluation, tmp_path: Path) -> None:
     path = ev.experiments["knowledge_base"].save(tmp_path / "kb.jsonl")
     again = Evaluation.from_experiments(dataset(), {"knowledge_base": Experiment.load(path)})

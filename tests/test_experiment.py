@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crag_lab import CragConfig, Lab
-from crag_lab.experiment import Experiment, replay_record
+from crag_lab.experiment import ENGINES, Engine, Experiment, replay_record
 from crag_lab.testing import ScriptedLLM, StaticTool
 
 COMPLEX = '{"complexity": "complex", "suggested_tools": ["vector_search"]}'
@@ -30,11 +30,18 @@ def one_round_lab(grades: list[str], vscore: float = 0.5, n: int = 4, config: Cr
                llm=llm, config=config)
 
 
-def test_replay_at_recorded_thresholds_reproduces_every_decision() -> None:
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Every replay test runs with the default (vectorised) engine and the scalar reference."""
+    engine: Engine = request.param
+    return engine
+
+
+def test_replay_at_recorded_thresholds_reproduces_every_decision(engine: Engine) -> None:
     lab = one_round_lab(["[0.9, 0.8, 0.7, 0.75]", "[0.5, 0.4, 0.1, 0.2]", "[0.9, 0.9, 0.9, 0.9]",
                          "[0.1, 0.1, 0.1, 0.1]", "[0.2, 0.25, 0.1, 0.05]", "[0.6, 0.6, 0.6, 0.6]"])
     exp = lab.run(["q1", "q2", "q3"], shadow_grading=False)
-    report = exp.replay(exp.config)
+    report = exp.replay(exp.config, engine=engine)
     for rec, rep in zip(exp.records, report.queries, strict=True):
         assert rep.actions == [r["action"] for r in rec["rounds"]]
         assert rep.outcome == rep.recorded_outcome
@@ -42,24 +49,24 @@ def test_replay_at_recorded_thresholds_reproduces_every_decision() -> None:
     assert report.totals()["queries_changed"] == 0
 
 
-def test_replay_flips_refine_to_generate_when_the_generate_threshold_drops() -> None:
+def test_replay_flips_refine_to_generate_when_the_generate_threshold_drops(engine: Engine) -> None:
     lab = one_round_lab(["[0.6, 0.6, 0.6, 0.6]", "[0.9, 0.9, 0.9, 0.9]"])
     exp = lab.run(["q1"], shadow_grading=False)
     rec = exp.records[0]
     assert [r["action"] for r in rec["rounds"]] == ["REFINE", "GENERATE"]
-    at_06 = exp.replay(generate_threshold=0.6).queries[0]
+    at_06 = exp.replay(generate_threshold=0.6, engine=engine).queries[0]
     assert at_06.actions == ["GENERATE"] and at_06.flipped_rounds == [1]
     assert at_06.outcome == "GENERATE"
     assert at_06.calls_delta == -2  # the second round's plan and grade calls are saved
     assert at_06.tokens_delta < 0
-    just_above = exp.replay(generate_threshold=0.61).queries[0]
+    just_above = exp.replay(generate_threshold=0.61, engine=engine).queries[0]
     assert just_above.actions == ["REFINE", "GENERATE"]
 
 
-def test_replay_says_when_it_cannot_know() -> None:
+def test_replay_says_when_it_cannot_know(engine: Engine) -> None:
     lab = one_round_lab(["[0.75, 0.75, 0.75, 0.75]"])
     exp = lab.run(["q1"], shadow_grading=False)
-    report = exp.replay(generate_threshold=0.8)  # GENERATE becomes REFINE: a round never recorded
+    report = exp.replay(generate_threshold=0.8, engine=engine)  # GENERATE becomes REFINE: a round never recorded
     [q] = report.queries
     assert q.actions == ["REFINE"] and q.outcome == "needs_rerun"
     assert q.calls_delta_is_lower_bound and q.calls_delta >= 2
@@ -67,42 +74,42 @@ def test_replay_says_when_it_cannot_know() -> None:
 
 
 @pytest.mark.parametrize(("floor", "dropped"), [(0.3, 1), (0.29, 0), (0.41, 2)])
-def test_replay_floor_changes_which_items_are_dropped(floor: float, dropped: int) -> None:
+def test_replay_floor_changes_which_items_are_dropped(floor: float, dropped: int, engine: Engine) -> None:
     lab = one_round_lab(["[0.9, 0.9, 0.4, 0.29]"])
     exp = lab.run(["q1"], shadow_grading=False)
-    q = exp.replay(relevance_floor=floor).queries[0]
+    q = exp.replay(relevance_floor=floor, engine=engine).queries[0]
     assert q.items_dropped == dropped
 
 
-def test_shadow_grades_let_replay_undo_a_fast_path() -> None:
+def test_shadow_grades_let_replay_undo_a_fast_path(engine: Engine) -> None:
     lab = one_round_lab(["[0.2, 0.1, 0.9, 0.1]"], vscore=0.85)  # all cosines >= 0.8: high_vector_score fires
     exp = lab.run(["q1"], shadow_grading=True)
     rnd = exp.records[0]["rounds"][0]
     assert rnd["rule"] == "high_vector_score" and rnd["shadow"]["scores"] == [0.2, 0.1, 0.9, 0.1]
     assert [u["node"] for u in exp.records[0]["usage"]] == ["analyze_and_route", "plan", "synthesize"]  # shadow call not counted
-    q = exp.replay(vector_score_threshold=0.9).queries[0]
+    q = exp.replay(vector_score_threshold=0.9, engine=engine).queries[0]
     assert q.fast_path_lost == ["high_vector_score"]
     assert q.actions == ["GENERATE"]  # only 0.9 survives the floor: its mean is 0.9
     assert q.items_dropped == 3
     assert q.calls_delta == 1  # the grader call the rule used to save
     assert q.tokens_delta > 0
-    q2 = exp.replay(vector_score_threshold=0.9, relevance_floor=0.05).queries[0]
+    q2 = exp.replay(vector_score_threshold=0.9, relevance_floor=0.05, engine=engine).queries[0]
     assert q2.actions == ["REFINE"] and q2.outcome == "needs_rerun"  # mean 0.325: a round never recorded
 
 
-def test_replay_without_shadow_grades_needs_a_rerun() -> None:
+def test_replay_without_shadow_grades_needs_a_rerun(engine: Engine) -> None:
     lab = one_round_lab(["[0.2, 0.1, 0.9, 0.1]"], vscore=0.85)
     exp = lab.run(["q1"], shadow_grading=False)
-    q = exp.replay(vector_score_threshold=0.9).queries[0]
+    q = exp.replay(vector_score_threshold=0.9, engine=engine).queries[0]
     assert q.outcome == "needs_rerun" and "shadow" in q.note
 
 
-def test_lower_max_iterations_stops_early() -> None:
+def test_lower_max_iterations_stops_early(engine: Engine) -> None:
     lab = one_round_lab(["[0.5, 0.5, 0.5, 0.5]", "[0.5, 0.5, 0.5, 0.5]", "[0.5, 0.5, 0.5, 0.5]"],
                         config=CragConfig(max_iterations=3))
     exp = lab.run(["q1"], shadow_grading=False)
     assert len(exp.records[0]["rounds"]) >= 2
-    q = exp.replay(max_iterations=1).queries[0]
+    q = exp.replay(max_iterations=1, engine=engine).queries[0]
     assert q.outcome == "capped" and q.actions == ["REFINE"] and q.calls_delta < 0
 
 

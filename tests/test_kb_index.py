@@ -182,6 +182,24 @@ def test_editing_one_file_re_embeds_only_its_chunks(kb_root: Path, embed_model, 
     assert "hourly" in reloaded.vector_retriever(1).retrieve("how long are backups kept?")[0].node.get_content()
 
 
+def test_texts_go_to_the_model_longest_first_and_come_back_in_order(hash_embed_model, monkeypatch) -> None:
+    # Longest first is how SentenceTransformer.encode batches: each batch pads to similar lengths.
+    sent: list[str] = []
+    real = type(hash_embed_model)._get_text_embeddings
+
+    def record(self: Any, texts: list[str]) -> Any:
+        sent.extend(texts)
+        return real(self, texts)
+
+    monkeypatch.setattr(type(hash_embed_model), "_get_text_embeddings", record)
+    texts = ["port 8443", "the gateway listens on port 8443 for TLS", "", "rotate certificates"]
+    vectors = kb_index._embed_texts(hash_embed_model, texts)
+    assert sent == [texts[1], texts[3], texts[0], texts[2]]
+    expected = np.asarray([hash_embed_model._vector(t) for t in texts], dtype=np.float32)
+    np.testing.assert_array_equal(vectors, expected)
+    assert kb_index._embed_texts(hash_embed_model, []).shape[0] == 0
+
+
 def test_reused_vectors_stay_with_their_chunks(kb_root: Path, tmp_path: Path, hash_embed_model) -> None:
     KnowledgeBase.build(kb_root, embed_model=hash_embed_model)
     (kb_root / "database.md").write_text("# Database\n\nNow on MySQL.\n")

@@ -306,6 +306,36 @@ def citation_precision_recall(
     return precision, recall
 
 
+LOSS_STAGES = ("answered", "not_retrieved", "dropped_by_grader", "abstained", "not_cited", "not_quoted")
+"""Where an answerable question ends up, in pipeline order: answered, or lost at the first stage that
+missed the gold passage (no tool found it; the grader dropped it; the synthesizer abstained, cited
+other passages, or cited the gold passage without quoting the answer)."""
+
+
+def loss_stage(*, contained: bool | None, abstained: bool, retrieved_gold: bool, evidence_gold: bool,
+               cited_gold: bool) -> str | None:
+    """The first stage at which an answerable question lost its answer (see `LOSS_STAGES`).
+
+    None when the question cannot say (``contained`` is None: no gold answer string).
+
+    >>> loss_stage(contained=False, abstained=False, retrieved_gold=True, evidence_gold=False, cited_gold=False)
+    'dropped_by_grader'
+    >>> loss_stage(contained=False, abstained=False, retrieved_gold=True, evidence_gold=True, cited_gold=True)
+    'not_quoted'
+    """
+    if contained is None:
+        return None
+    if contained:
+        return "answered"
+    if not retrieved_gold:
+        return "not_retrieved"
+    if not evidence_gold:
+        return "dropped_by_grader"
+    if abstained:
+        return "abstained"
+    return "not_quoted" if cited_gold else "not_cited"
+
+
 # ---- aggregation helpers ----------------------------------------------------------------------------
 
 

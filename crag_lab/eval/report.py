@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from crag_lab.eval.metrics import LOSS_STAGES
+
 if TYPE_CHECKING:
     from crag_lab.eval.runner import Evaluation
 
@@ -103,6 +105,12 @@ def render_markdown(ev: Evaluation, *, command: str | None = None, title: str | 
                     table(["complexity", *ROUTE_COLUMNS],
                           [[label, *(fmt(values.get(k), k) for k in ROUTE_COLUMNS)]
                            for label, values in by_label.items()]), ""]
+    losses = {mode: ev.loss_stages(mode) for mode in modes}
+    if any(sum(v.values()) for v in losses.values()):
+        out += ["Where answerable questions are lost (the first stage that missed; questions with a gold answer "
+                "and gold passages):", "",
+                table(["stage", *modes], [[stage, *(str(losses[mode][stage]) for mode in modes)]
+                                          for stage in LOSS_STAGES]), ""]
     confusion = ev.confusion("knowledge_base")
     if confusion:
         columns = list(next(iter(confusion.values())))

@@ -96,6 +96,15 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
     usage = record.get("usage", [])
     rounds = record.get("rounds", [])
     kb_question = query.answerable is True and query.complexity != "chitchat"
+    contained = m.answer_contained(answer, query.answers) if query.answerable else None
+    stage = None
+    if query.gold and query.answerable:
+        # What reached the synthesizer: the last grading round's kept items, or every retrieved item.
+        evidence = [m.location_of(i) for i in rounds[-1]["kept"]] if rounds else retrieved
+        stage = m.loss_stage(contained=contained, abstained=abstained,
+                             retrieved_gold=any(m.is_gold(*loc, query.gold) for loc in retrieved),
+                             evidence_gold=any(m.is_gold(*loc, query.gold) for loc in evidence),
+                             cited_gold=any(m.is_gold(*loc, query.gold) for loc in cited))
     return {
         "mode": mode,
         "id": query.id,
@@ -105,7 +114,8 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
         "route": record_route(record),
         "answerable": query.answerable,
         "abstained": abstained,
-        "contained": m.answer_contained(answer, query.answers) if query.answerable else None,
+        "contained": contained,
+        "loss_stage": stage,
         "abstained_unanswerable": abstained if query.answerable is False else None,
         "abstained_answerable": abstained if kb_question else None,
         "n_cited": len(cited),
@@ -287,6 +297,12 @@ class Evaluation:
         i = self.items[(self.items["mode"] == mode) & self.items["gold"].notna()]
         return m.calibration_bins([float(s) for s in i["score"]], [bool(g) for g in i["gold"]], bins)
 
+    def loss_stages(self, mode: str | None = None) -> dict[str, int]:
+        """How many answerable questions (with a gold answer and gold passages) end at each of `LOSS_STAGES`."""
+        mode = mode or self.modes[0]
+        stages = [s for s in _col(self.queries[self.queries["mode"] == mode], "loss_stage") if not _missing(s)]
+        return {stage: stages.count(stage) for stage in m.LOSS_STAGES}
+
     def summary(self, by: str | None = None) -> pd.DataFrame:
         """Headline metrics as a DataFrame: one row per mode (and per group when ``by`` is given)."""
         import pandas as pd
@@ -309,6 +325,7 @@ class Evaluation:
                 "by_route": self.metrics(mode, by="route"),
                 "by_complexity": self.metrics(mode, by="complexity") if self.dataset.has_complexity else {},
                 "routing_confusion": self.confusion(mode),
+                "loss_stages": self.loss_stages(mode),
             }
         first = self.modes[0]
         return {
