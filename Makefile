@@ -49,6 +49,7 @@ eval: $(STAMP)
 				--markdown docs/eval/$$ds.md --save-runs .cache/eval/runs --no-progress || exit 1; \
 		else echo "skipping $$ds: $(DATASETS)/$$ds not found"; fi; \
 	done
+	$(BIN)/python scripts/evaluation_report.py
 
 clean:
 	rm -rf $(VENV) data/kb/.crag_index .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,76 @@
+"""scripts/evaluation_report.py: docs/evaluation.md from the eval runs' JSON, public sets only when run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from crag_lab.eval.metrics import LOSS_STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("evaluation_report", ROOT / "scripts" / "evaluation_report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(containment: float, losses: dict[str, int]) -> dict[str, Any]:
+    overall = {"n_queries": 10, "grader_auroc": 0.81234, "floor_precision": 0.5, "floor_recall": 0.25,
+               "routing_accuracy": 0.95, "chitchat_recall": 1.0, "answer_containment": containment,
+               "citation_precision": 0.9, "citation_recall": 0.4, "abstention_rate": 0.75,
+               "false_abstention_rate": 0.1, "calls_per_query": 4.84, "tokens_per_query": 2948.6,
+               "fast_path": {"simple": 0.5}}
+    modes = {m: {"overall": overall, "loss_stages": losses} for m in ("knowledge_base", "naive_rag", "per_item_grading")}
+    return {"n_queries": 10, "modes": modes}
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> ModuleType:
+    module = _script()
+    (tmp_path / "eval").mkdir()
+    for name in ("evaluation.template.md", "public_sets.template.md"):
+        shutil.copy(ROOT / "docs" / "eval" / name, tmp_path / "eval" / name)
+    module.DOCS, module.EVAL = tmp_path, tmp_path / "eval"  # type: ignore[attr-defined]
+    return module
+
+
+def test_numbers_and_verdicts_come_from_the_json(script: ModuleType, tmp_path: Path) -> None:
+    losses = dict.fromkeys(LOSS_STAGES, 1) | {"dropped_by_grader": 4}
+    (tmp_path / "evaluation.json").write_text(json.dumps(_result(0.539, losses)), encoding="utf-8")
+    (tmp_path / "eval" / "kb_queries.md").write_text("### kb_queries\n\nKB REPORT BODY\n", encoding="utf-8")
+    text = script.render()
+    assert "| answer containment, answerable (KB set) | ≥ 70 % | 53.9 % | missed, 16.1 points short |" in text
+    assert "| abstention on unanswerable (KB set) | ≥ 80 % | 75.0 % | missed, 5.0 points short |" in text
+    assert "| false abstention on answerable (KB set) | ≤ 15 % | 10.0 % | met |" in text
+    assert "| grader AUROC | 0.812 | 0.812 | 0.812 |" in text and "| model calls / query | 4.8 |" in text
+    assert "| dropped_by_grader | 4 | 4 | 4 |" in text and "(9 of them)" in text  # five stages at 1, one at 4
+    assert "## The KB set\n\nKB REPORT BODY" in text
+    assert "## The public sets" not in text  # no HotpotQA / SQuAD runs: no paragraph, no sections
+    assert "{" not in text.split("## The KB set\n")[0]  # every placeholder filled
+
+
+def test_public_sets_appear_when_both_were_run(script: ModuleType, tmp_path: Path) -> None:
+    losses = dict.fromkeys(LOSS_STAGES, 2)
+    (tmp_path / "evaluation.json").write_text(json.dumps(_result(0.75, losses)), encoding="utf-8")
+    for name in ("hotpotqa_distractor_dev250", "squad2_dev250"):
+        (tmp_path / "eval" / f"{name}.json").write_text(json.dumps(_result(0.31, losses)), encoding="utf-8")
+        (tmp_path / "eval" / f"{name}.md").write_text(f"### {name}\n\n{name} body\n", encoding="utf-8")
+    text = script.render()
+    assert "| answer containment, answerable (KB set) | ≥ 70 % | 75.0 % | met |" in text
+    assert "## The public sets" in text and "containment\n  31.0 %" in text
+    assert text.index("## HotpotQA distractor") < text.index("## SQuAD 2.0") and "squad2_dev250 body" in text
+
+
+def test_without_the_kb_run_it_says_what_to_run(script: ModuleType) -> None:
+    with pytest.raises(SystemExit, match="make eval"):
+        script.render()
