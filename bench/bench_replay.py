@@ -11,9 +11,7 @@ the new thresholds for the ratio.
     .venv/bin/python bench/bench_replay.py [--quick] [--json out.json]
 
 Result keys: ``replay_ms`` (the default engine), ``scalar_ms`` (the reference), ``equal_to_scalar``,
-``per_change``, ``rerun``. The older keys that bench/_report.py reads are kept, with today's meaning:
-``engine_replay_ms`` and ``fast_replay_ms`` are both the default engine; ``fast_equal_to_engine`` is
-its equality with the reference; per change, ``engine_ms`` is the reference and ``fast_ms`` the default.
+``per_change``, ``rerun``.
 """
 
 from __future__ import annotations
@@ -156,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         scalar_cpu.append(sc)
         fast_ms, scalar_ms = {"wall": round(fw, 1), "cpu": round(fc, 1)}, {"wall": round(sw, 1), "cpu": round(sc, 1)}
         per_change[label] = {"rounds_redecided": visited, "needs_rerun": report.totals()["needs_rerun"],
-                             "replay_ms": fast_ms, "scalar_ms": scalar_ms, "speedup_wall": ratio(sw, fw, 1),
-                             "engine_ms": scalar_ms, "fast_ms": fast_ms}
+                             "replay_ms": fast_ms, "scalar_ms": scalar_ms, "speedup_wall": ratio(sw, fw, 1)}
 
     # Garbage collection share: the same replays with the collector off.
     gc_off = []
@@ -216,9 +213,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "targets": {"replay_le_50ms": replay_ms["cpu_median"] <= 50, "equal_to_scalar": equal == len(configs)},
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    # The keys bench/_report.py reads (see the module docstring for what they mean now).
-    result |= {"engine_replay_ms": replay_ms, "fast_replay_ms": replay_ms, "fast_equal_to_engine": result["equal_to_scalar"],
-               "fast_equal_all": result["equal_all"], "profile_engine": result["profile_replay"]}
     emit(result, args.json_out)
     return result
 
