@@ -101,10 +101,9 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
     if query.gold and query.answerable:
         # What reached the synthesizer: the last grading round's kept items, or every retrieved item.
         evidence = [m.location_of(i) for i in rounds[-1]["kept"]] if rounds else retrieved
-        stage = m.loss_stage(contained=contained, abstained=abstained,
-                             retrieved_gold=any(m.is_gold(*loc, query.gold) for loc in retrieved),
+        stage = m.loss_stage(contained=contained, abstained=abstained, retrieved_gold=bool(retrieval_recall),
                              evidence_gold=any(m.is_gold(*loc, query.gold) for loc in evidence),
-                             cited_gold=any(m.is_gold(*loc, query.gold) for loc in cited))
+                             cited_gold=bool(cit_p))  # recall > 0: a gold location was found; precision > 0: cited
     return {
         "mode": mode,
         "id": query.id,
