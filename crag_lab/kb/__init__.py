@@ -21,6 +21,7 @@ from crag_lab.kb._errors import (
     IndexMissingError,
     KnowledgeBaseError,
     PathOutsideKnowledgeBaseError,
+    PatternTooExpensiveError,
 )
 from crag_lab.kb.index import BuildReport, KnowledgeBase, Passage
 
@@ -40,5 +41,6 @@ __all__ = [
     "LoadWarning",
     "Passage",
     "PathOutsideKnowledgeBaseError",
+    "PatternTooExpensiveError",
     "load_documents",
 ]

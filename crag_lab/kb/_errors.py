@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from crag_lab.errors import CragLabError
 from crag_lab.tools._base import ToolError
 
 
-class KnowledgeBaseError(Exception):
+class KnowledgeBaseError(CragLabError):
     """Base class of every knowledge-base error."""
 
 
@@ -31,3 +32,7 @@ class PathOutsideKnowledgeBaseError(KnowledgeBaseError, ToolError):
 
 class FileNotInKnowledgeBaseError(KnowledgeBaseError, ToolError):
     """A path inside the folder that is not a knowledge-base file (missing, hidden, binary, other type)."""
+
+
+class PatternTooExpensiveError(KnowledgeBaseError, ToolError):
+    """A ``grep`` pattern refused because matching it could take too long (or compiling it too much memory)."""

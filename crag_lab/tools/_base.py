@@ -11,8 +11,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from crag_lab.errors import CragLabError
 
-class ToolError(Exception):
+
+class ToolError(CragLabError):
     """A tool could not run: bad arguments, a refused path, a disabled connector, a failed fetch.
 
     The message is shown to the user and written to the audit log, so it must name what was wrong

@@ -1,0 +1,25 @@
+"""The errors crag_lab raises on purpose, under one base class.
+
+Every error the package raises because of its input — a knowledge-base folder, a tool argument, a
+question, an experiment file — derives from ``CragLabError``, and its message names the thing that
+is wrong and what to do, on one line. The CLI prints such an error as one line and exits non-zero;
+a notebook can catch them all with one ``except``.
+
+>>> from crag_lab.kb import KnowledgeBaseError
+>>> issubclass(KnowledgeBaseError, CragLabError)
+True
+"""
+
+from __future__ import annotations
+
+
+class CragLabError(Exception):
+    """Base class of every error crag_lab raises about its input (never about a bug in itself)."""
+
+
+class InvalidQuestionError(CragLabError, ValueError):
+    """A question that is empty or is not valid Unicode text (a lone surrogate)."""
+
+
+class ExperimentFileError(CragLabError, ValueError):
+    """An experiment file that is not what ``Experiment.save`` writes; the message names file and line."""
