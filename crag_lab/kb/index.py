@@ -42,6 +42,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 
+from crag_lab._text import encodable
 from crag_lab.kb._documents import (
     INDEX_DIRNAME,
     TEXT_EXTENSIONS,
@@ -58,6 +59,7 @@ from crag_lab.kb._documents import (
     is_hidden,
     replacement_warning,
     resolve_root,
+    skip_reason,
 )
 from crag_lab.kb._errors import (
     EmbeddingModelMismatchError,
@@ -66,6 +68,8 @@ from crag_lab.kb._errors import (
     IndexMissingError,
     PathOutsideKnowledgeBaseError,
 )
+from crag_lab.kb._regex import DEFAULT_TIMEOUT_S as DEFAULT_GREP_TIMEOUT_S
+from crag_lab.kb._regex import Matcher
 
 FORMAT_VERSION = 1
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -139,17 +143,19 @@ class _UnitEmbedding(BaseEmbedding):
     def loaded(self) -> bool:
         return self._model is not None
 
+    # Lone surrogates (a model's plan can hold them) make tokenizers raise, and LlamaIndex then
+    # retries for seconds: ``encodable`` replaces them first.
     def _get_query_embedding(self, query: str) -> Embedding:
-        return _unit(self.inner.get_query_embedding(query))
+        return _unit(self.inner.get_query_embedding(encodable(query)))
 
     async def _aget_query_embedding(self, query: str) -> Embedding:
         return self._get_query_embedding(query)
 
     def _get_text_embedding(self, text: str) -> Embedding:
-        return _unit(self.inner.get_text_embedding(text))
+        return _unit(self.inner.get_text_embedding(encodable(text)))
 
     def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return [_unit(v) for v in self.inner.get_text_embedding_batch(texts)]
+        return [_unit(v) for v in self.inner.get_text_embedding_batch([encodable(t) for t in texts])]
 
 
 def _unit(vector: Sequence[float]) -> list[float]:
@@ -619,6 +625,19 @@ class KnowledgeBase:
         """The LlamaIndex ``VectorStoreIndex`` (FAISS inner product over unit vectors)."""
         return self._index
 
+    def passage_vectors(self) -> tuple[list[str], np.ndarray]:
+        """Each chunk's embedded text (path, title, lines) and the vector FAISS holds for it.
+
+        Nothing is encoded. The offline model seeds its vector cache with these, so grading or
+        quoting a retrieved chunk costs no model time.
+        """
+        faiss_index = self._index.vector_store.client  # type: ignore[attr-defined]
+        vectors = np.asarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
+        by_id = {chunk.id: chunk for chunk in self.chunks}
+        positions = sorted(self._index.index_struct.nodes_dict.items(), key=lambda kv: int(kv[0]))
+        keys = [_node(by_id[node_id]).get_content(metadata_mode=MetadataMode.EMBED) for _, node_id in positions]
+        return keys, vectors[[int(pos) for pos, _ in positions]]
+
     def title(self, path: str) -> str:
         """The title of an indexed file: its first H1, else its stem."""
         entry = self._manifest["files"].get(path)
@@ -701,17 +720,27 @@ class KnowledgeBase:
             raise PathOutsideKnowledgeBaseError(f"{path!r} leaves the knowledge base: '..' is not allowed")
         rel = "/".join(parts)
         full = self.root / rel
-        resolved = full.resolve()
+        try:
+            resolved = full.resolve()
+        except (RuntimeError, OSError, ValueError):  # a symlink loop (before Python 3.13), a NUL byte
+            resolved = full
         if not resolved.is_relative_to(self.root):
             raise PathOutsideKnowledgeBaseError(f"{path!r} is a symlink that points outside the knowledge base")
         if is_hidden(rel) or resolved.is_relative_to(self.cache_dir):
             raise FileNotInKnowledgeBaseError(
                 f"{path!r} is hidden or inside the index folder, so it is not part of the knowledge base"
             )
-        if not full.is_file():
+        try:
+            exists = os.path.lexists(full)
+        except ValueError:
+            exists = False
+        if not exists:
             close = ", ".join(repr(c) for c in difflib.get_close_matches(rel, self.files, n=3))
             hint = f"did you mean {close}?" if close else f"{len(self.files)} files are indexed"
             raise FileNotInKnowledgeBaseError(f"no file {rel!r} in the knowledge base; {hint}")
+        reason = skip_reason(full, self.root)
+        if reason is not None:
+            raise FileNotInKnowledgeBaseError(f"{rel!r} is not a knowledge-base file: {reason}")
         if not rel.lower().endswith(TEXT_EXTENSIONS) or is_binary(full):
             raise FileNotInKnowledgeBaseError(
                 f"{rel!r} is not a knowledge-base text file (only non-binary {', '.join(TEXT_EXTENSIONS)} files are)"
@@ -761,12 +790,16 @@ class KnowledgeBase:
         max_matches: int = 20,
         *,
         path: str | None = None,
+        timeout_s: float = DEFAULT_GREP_TIMEOUT_S,
     ) -> list[Passage]:
         """Lines matching ``pattern`` with ``context`` lines around, one ``Passage`` per block.
 
         A string pattern is a case-insensitive regex; an invalid regex is searched as plain
         text. Blocks that touch or overlap are merged; the search stops after ``max_matches``
-        matching lines. ``path`` limits the search to one file.
+        matching lines. ``path`` limits the search to one file. The pattern is untrusted input:
+        one that is too long, unrolls too far or takes longer than ``timeout_s`` over the whole
+        search raises ``PatternTooExpensiveError`` (see ``crag_lab.kb._regex``). A file that
+        became unreadable since the build is left out.
 
         >>> [(p.path, p.line_start, p.match_lines) for p in kb.grep("port", context=0)]  # doctest: +SKIP
         [('faq.md', 3, (3,))]
@@ -775,27 +808,30 @@ class KnowledgeBase:
             raise ValueError(f"context must be >= 0, got {context}")
         if max_matches < 1:
             raise ValueError(f"max_matches must be >= 1, got {max_matches}")
-        regex = compile_pattern(pattern)
+        matcher = Matcher.compile(pattern, timeout_s=timeout_s)
         targets = [self.resolve(path)] if path is not None else [(p, self.root / p) for p in self.files]
+        deadline = matcher.deadline()
         passages: list[Passage] = []
         for rel, full in targets:
             budget = max_matches - sum(len(p.match_lines) for p in passages)
             if budget <= 0:
                 break
             try:
-                passages.extend(self._grep_file(rel, full, regex, context, budget))
-            except FileNotFoundError:  # deleted since the build; is_stale() reports it
+                passages.extend(self._grep_file(rel, full, matcher, deadline, context, budget))
+            except OSError:  # deleted or made unreadable since the build; is_stale() reports it
                 continue
         return passages
 
-    def _grep_file(self, rel: str, full: Path, regex: re.Pattern[str], context: int, budget: int) -> Iterator[Passage]:
+    def _grep_file(
+        self, rel: str, full: Path, matcher: Matcher, deadline: float, context: int, budget: int
+    ) -> Iterator[Passage]:
         recent: deque[tuple[int, str]] = deque(maxlen=context + 1)
         block: list[tuple[int, str]] = []
         matches: list[int] = []
         trailing = 0
         for no, line in enumerate(LineReader(full), 1):
             recent.append((no, line))
-            if len(matches) < budget and regex.search(line):
+            if len(matches) < budget and matcher.search(line, deadline):
                 if block and no - context <= block[-1][0] + 1:
                     last = block[-1][0]
                     block.extend(item for item in recent if item[0] > last)
@@ -834,18 +870,13 @@ class KnowledgeBase:
         return titles[i] if i >= 0 else self.title(path)
 
 
-def compile_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
-    """A case-insensitive regex from ``pattern``; an invalid regex becomes a literal search.
+def compile_pattern(pattern: str | re.Pattern[str], *, timeout_s: float = DEFAULT_GREP_TIMEOUT_S) -> Matcher:
+    """A bounded-cost, case-insensitive matcher for ``pattern``; an invalid regex becomes a literal search.
 
-    >>> compile_pattern("a(b").pattern
+    >>> compile_pattern("a(b").compiled.pattern
     'a\\\\(b'
     """
-    if isinstance(pattern, re.Pattern):
-        return pattern
-    try:
-        return re.compile(pattern, re.IGNORECASE)
-    except re.error:
-        return re.compile(re.escape(pattern), re.IGNORECASE)
+    return Matcher.compile(pattern, timeout_s=timeout_s)
 
 
 def _unreadable(path: str, exc: OSError) -> LoadWarning:

@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
+from crag_lab._text import encodable
 from crag_lab.kb import KnowledgeBase, KnowledgeBaseError, Passage
+from crag_lab.kb._regex import DEFAULT_TIMEOUT_S as GREP_TIMEOUT_S
 from crag_lab.tools._base import Tool, ToolError, evidence_json
 
 MAX_TOP_K = 100
@@ -58,7 +60,7 @@ def _string(tool: str, args: Mapping[str, Any], key: str) -> str:
         raise ToolError(f"{tool}: missing required argument {key!r} (a non-empty string)")
     if not isinstance(value, str) or not value.strip():
         raise ToolError(f"{tool}: argument {key!r} must be a non-empty string, got {_describe(value)}")
-    return value
+    return encodable(value)  # a model's lone surrogates would make the tokenizers raise
 
 
 def _integer(tool: str, args: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
@@ -180,11 +182,17 @@ class KeywordSearchTool:
 
 @dataclass
 class GrepTool:
-    """``grep``: lines matching a case-insensitive regex (an invalid one is searched literally)."""
+    """``grep``: lines matching a case-insensitive regex (an invalid one is searched literally).
+
+    The pattern comes from a model, so its cost is bounded: a pattern that is too long, unrolls too
+    far or searches longer than ``timeout_s`` raises ``PatternTooExpensiveError``, a ``ToolError``
+    that the graph audits as ``tool_error``.
+    """
 
     kb: KnowledgeBase
     max_matches: int = GREP_MAX_MATCHES
     name: str = "grep"
+    timeout_s: float = GREP_TIMEOUT_S
     description: ClassVar[str] = (
         "Search every knowledge-base file for a case-insensitive regular expression. Args: pattern "
         f"(string), context (integer lines around each match, optional, default 2). At most {GREP_MAX_MATCHES} "
@@ -195,7 +203,8 @@ class GrepTool:
         pattern, context = _grep_args(args)
         return _run(
             self.name,
-            lambda: [_from_passage(p) for p in self.kb.grep(pattern, context=context, max_matches=self.max_matches)],
+            lambda: [_from_passage(p) for p in self.kb.grep(pattern, context=context, max_matches=self.max_matches,
+                                                            timeout_s=self.timeout_s)],
         )
 
 
