@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing_extensions import Self
 
 Grading = Literal["batch", "per_item"]
 
@@ -13,6 +16,13 @@ Grading = Literal["batch", "per_item"]
 def steps_needed(max_iterations: int) -> int:
     """Graph steps of the longest run: every round a RE_RETRIEVE (analyze, plan, tool_exec, grade), then synthesize."""
     return 4 * max_iterations + 1
+
+
+def _derived_recursion_limit(max_iterations: int) -> int:
+    """The recursion limit used unless one is given: room for the longest run, and at least 100."""
+    return max(100, steps_needed(max_iterations) + 10)
+
+
 Aggregator = Literal["mean", "max", "any_above"]
 
 
@@ -20,7 +30,9 @@ class CragConfig(BaseSettings):
     """Thresholds and limits of the corrective-RAG loop.
 
     Values are stored as given; nothing expensive happens here. A slider change in the lab makes a
-    new value with ``config.model_copy(update={...})`` (or ``CragConfig(**{...})``).
+    new value with ``config.with_changes(...)``, ``config.model_copy(update={...})`` or
+    ``CragConfig(**{...})``: all three validate, and an invalid value raises the same
+    ``ValidationError`` naming the field.
 
     >>> CragConfig(relevance_floor=0.25).generate_threshold
     0.7
@@ -78,7 +90,7 @@ class CragConfig(BaseSettings):
                 rounds = int(data.get("max_iterations", 3))
             except (TypeError, ValueError):
                 return data  # the field validator reports the bad max_iterations
-            data = {**data, "recursion_limit": max(100, steps_needed(rounds) + 10)}
+            data = {**data, "recursion_limit": _derived_recursion_limit(rounds)}
         return data
 
     @model_validator(mode="after")
@@ -96,15 +108,53 @@ class CragConfig(BaseSettings):
             )
         return self
 
-    def with_changes(self, **changes: Any) -> CragConfig:
-        """A validated copy with ``changes`` applied (the recursion limit is re-derived unless given).
+    def with_changes(self, **changes: Any) -> Self:
+        """A validated copy with ``changes`` applied.
 
-        Unlike ``model_copy(update=...)`` this validates, so a slider cannot build an invalid config.
+        An invalid value, or a name that is not a field, raises the ``ValidationError`` the
+        constructor raises, naming the field; so a slider cannot build an invalid config. A
+        recursion limit that was derived from ``max_iterations`` is derived again; one that was
+        set stays (and must still fit the new ``max_iterations``).
 
         >>> CragConfig().with_changes(max_iterations=40).recursion_limit
         171
+        >>> CragConfig(recursion_limit=500).with_changes(top_k=3).recursion_limit
+        500
         """
-        return type(self)(**(self.model_dump(exclude={"recursion_limit"}) | changes))
+        unknown = [name for name in changes if name not in type(self).model_fields]
+        if unknown:
+            valid = ", ".join(type(self).model_fields)
+            raise ValidationError.from_exception_data(type(self).__name__, [
+                {"type": PydanticCustomError("unknown_setting", "not a setting; valid ones are: {valid}",
+                                             {"valid": valid}),
+                 "loc": (name,), "input": changes[name]}
+                for name in unknown
+            ])
+        derived = self.recursion_limit == _derived_recursion_limit(self.max_iterations)
+        return type(self)(**(self.model_dump(exclude={"recursion_limit"} if derived else set()) | changes))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update``, a validated one, exactly as ``with_changes(**update)``.
+
+        Pydantic's own ``model_copy(update=...)`` skips validation: a floor above the generate
+        threshold or ``max_iterations=-5`` would run. Here it raises the constructor's
+        ``ValidationError``. (``copy.replace(config, ...)`` goes through this too.)
+
+        >>> CragConfig().model_copy(update={"max_iterations": -5})
+        Traceback (most recent call last):
+        ...
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for CragConfig
+        max_iterations
+          Input should be greater than or equal to 1 ...
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        return self.with_changes(**update)
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Self:  # type: ignore[override]
+        """Validated, unlike pydantic's: the same as ``CragConfig.model_validate(values)`` (no environment)."""
+        return cls.model_validate(values)
 
     def thresholds(self) -> dict[str, float | int]:
         """The values a grading decision depends on, as recorded with every round."""
