@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
+
+from crag_lab._text import json_line
 
 
 class JsonlSink:
@@ -20,7 +21,7 @@ class JsonlSink:
         self._lock = threading.Lock()
 
     def write(self, event: dict[str, Any]) -> None:
-        line = json.dumps(event, ensure_ascii=False, default=str)
+        line = json_line(event, default=str)  # a lone surrogate in a model's text is escaped, not fatal
         with self._lock, self.path.open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 

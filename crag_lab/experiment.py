@@ -18,6 +18,7 @@ for a slider over 10,000 rounds) and gives the same `QueryReplay`s, field for fi
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,9 @@ from typing import Any, Literal
 
 from crag_lab import _replay, decisions
 from crag_lab._replay import grader_cost, recorded_fields
+from crag_lab._text import check_question, json_line
 from crag_lab.config import CragConfig
+from crag_lab.errors import ExperimentFileError
 
 SCHEMA_VERSION = 1
 FINAL_OUTCOMES = ("chitchat", "simple", "GENERATE", "capped", "needs_rerun", "other")
@@ -329,29 +332,94 @@ class Experiment:
     # ---- persistence ----------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write JSONL: a header line (schema, config, meta), then one line per query."""
+        """Write JSONL: a header line (schema, config, meta), then one line per query.
+
+        The file appears whole or not at all: it is written beside ``path`` and renamed into place,
+        and a failed write removes what it wrote (an older file at ``path`` stays as it was). Text
+        that UTF-8 cannot encode (a lone surrogate) is written as JSON ``\\uXXXX`` escapes, which
+        ``load`` turns back into the same string.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"schema": SCHEMA_VERSION, "kind": "crag_lab.experiment",
-                                 "config": self.config.model_dump(), "meta": self.meta}, sort_keys=True) + "\n")
-            for rec in self.records:
-                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True, default=str) + "\n")
-        tmp.replace(path)
+        header = {"schema": SCHEMA_VERSION, "kind": "crag_lab.experiment", "config": self.config.model_dump(),
+                  "meta": self.meta}
+        try:
+            with tmp.open("w", encoding="utf-8") as fh:
+                fh.write(json_line(header, sort_keys=True, default=str) + "\n")
+                for rec in self.records:
+                    fh.write(json_line(rec, sort_keys=True, default=str) + "\n")
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> Experiment:
-        """Read what `save` wrote; a file of another kind or schema raises ``ValueError``."""
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    def load(cls, path: str | Path, *, skip_invalid: bool = False) -> Experiment:
+        """Read what `save` wrote.
+
+        A file of another kind or schema, or an unreadable header, raises ``ExperimentFileError`` (a
+        ``ValueError``) naming the file. So does a record line that is not a JSON object, naming the
+        line: a recording that was killed leaves a truncated last line. With ``skip_invalid=True``
+        such lines are skipped instead, with one warning that gives their count and numbers, and the
+        valid records are kept.
+
+        >>> Experiment.load("runs/killed.jsonl", skip_invalid=True)  # doctest: +SKIP
+        UserWarning: runs/killed.jsonl: skipped 1 invalid record line (line 141); kept 140 records
+        """
+        raw = Path(path).read_bytes().split(b"\n")
+        lines = [(n, line) for n, line in enumerate(raw, 1) if line.strip()]
         if not lines:
-            raise ValueError(f"{path} is empty; expected a crag_lab experiment written by Experiment.save")
-        header = json.loads(lines[0])
+            raise ExperimentFileError(f"{path} is empty; expected a crag_lab experiment written by Experiment.save")
+        n, first = lines[0]
+        try:
+            header = _json_object(first)
+        except ValueError as exc:
+            raise ExperimentFileError(f"{path}:{n}: the header is not a JSON object ({exc}); "
+                                      "expected a crag_lab experiment written by Experiment.save") from None
         if header.get("kind") != "crag_lab.experiment" or header.get("schema") != SCHEMA_VERSION:
-            raise ValueError(f"{path} is not a crag_lab experiment of schema {SCHEMA_VERSION} (header: {lines[0][:120]})")
-        return cls(CragConfig(**header["config"]), [json.loads(line) for line in lines[1:] if line.strip()],
-                   header.get("meta", {}))
+            raise ExperimentFileError(f"{path} is not a crag_lab experiment of schema {SCHEMA_VERSION} "
+                                      f"(header: {first[:120].decode('utf-8', 'replace')})")
+        try:
+            config = CragConfig(**header["config"])
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = " ".join(str(exc).split())
+            raise ExperimentFileError(f"{path}:{n}: the recorded config is missing or invalid ({detail})") from None
+        records: list[dict[str, Any]] = []
+        invalid: list[int] = []
+        for n, line in lines[1:]:
+            try:
+                records.append(_json_object(line))
+            except ValueError as exc:
+                if not skip_invalid:
+                    raise ExperimentFileError(
+                        f"{path}:{n}: not a valid record ({exc}); the file may be truncated (a killed recording): "
+                        "Experiment.load(path, skip_invalid=True) keeps the valid records"
+                    ) from None
+                invalid.append(n)
+        if invalid:
+            shown = ", ".join(map(str, invalid[:20])) + (", ..." if len(invalid) > 20 else "")
+            warnings.warn(f"{path}: skipped {len(invalid)} invalid record line{'s' if len(invalid) > 1 else ''} "
+                          f"(line{'s' if len(invalid) > 1 else ''} {shown}); kept {len(records)} records",
+                          UserWarning, stacklevel=2)
+        meta = header.get("meta")
+        return cls(config, records, meta if isinstance(meta, dict) else {})
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    """One line of an experiment file as a JSON object; ``ValueError`` saying what is wrong otherwise."""
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def make_record(query_id: str, query: str, state: Mapping[str, Any], *, labels: Mapping[str, Any] | None = None,
@@ -377,17 +445,29 @@ def make_record(query_id: str, query: str, state: Mapping[str, Any], *, labels: 
 
 
 def query_rows(queries: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Normalise a query set: strings get ids ``q001...``; dicts keep ``id``, ``question`` and labels."""
+    """Normalise a query set: strings get ids ``q001...``; dicts keep ``id``, ``question`` and labels.
+
+    Every question is checked before anything runs (``crag_lab._text.check_question``): a row that
+    is neither a string nor a mapping raises ``TypeError``, a mapping without question text, an
+    empty question or one with a lone surrogate ``ValueError``, each naming the row.
+    """
+    if isinstance(queries, (str, bytes, bytearray)) or not isinstance(queries, Iterable):
+        raise TypeError(f"queries must be an iterable of questions or query dicts, got {type(queries).__name__}; "
+                        "wrap a single question in a list")
     rows = []
     for n, q in enumerate(queries, 1):
         if isinstance(q, str):
-            rows.append({"id": f"q{n:03d}", "question": q, "labels": {}})
-        else:
+            rows.append({"id": f"q{n:03d}", "question": check_question(q, what=f"query #{n}"), "labels": {}})
+        elif isinstance(q, Mapping):
             question = q.get("question") or q.get("query")
             if not isinstance(question, str):
-                raise ValueError(f"query #{n} has no 'question' text: {dict(q)!r}")
+                raise ValueError(f"query #{n} has no 'question' text: {dict(q)!r}"[:300])
+            check_question(question, what=f"query #{n} ({q.get('id', 'no id')})")
             labels = {k: v for k, v in q.items() if k not in ("id", "question", "query")}
             gold = labels.get("gold", [])
             labels["gold_paths"] = sorted({str(g).split(":L")[0] for g in gold})
             rows.append({"id": str(q.get("id", f"q{n:03d}")), "question": question, "labels": labels})
+        else:
+            raise TypeError(f"query #{n} must be a question (str) or a dict with 'question', "
+                            f"got {type(q).__name__} {q!r}"[:300])
     return rows

@@ -12,6 +12,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from crag_lab import decisions
+from crag_lab._text import check_history, check_question
 from crag_lab.audit import JsonlSink
 from crag_lab.config import CragConfig
 from crag_lab.models import CragModel
@@ -99,7 +100,12 @@ def initial_state(
     history: list[dict[str, str]] | None = None,
     top_k: int = 5,
 ) -> AgentState:
-    """The state a run starts from. ``naive_rag`` starts with its single vector_search planned."""
+    """The state a run starts from. ``naive_rag`` starts with its single vector_search planned.
+
+    The question is checked here too (``crag_lab._text.check_question``), for graphs run without `Lab`.
+    """
+    query = check_question(query)
+    history = check_history(history)
     state = AgentState(query=query, mode=mode, history=list(history or []), context=[], iteration=0,
                        tried_tools=[], evidence_scores=[], context_scores=[], grader_action=None)
     if mode == "naive_rag":

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crag_lab._text import check_history, check_question, check_questions
 from crag_lab.audit import JsonlSink
 from crag_lab.config import CragConfig
 from crag_lab.graph import MODES, build_graph, initial_state
@@ -135,9 +136,11 @@ class Lab:
         """
         from crag_lab.embeddings import default_embed_model
         from crag_lab.kb import KnowledgeBase
+        from crag_lab.kb._documents import check_folder
         from crag_lab.tools.kb_tools import kb_tools
 
         config = config or CragConfig()
+        check_folder(path)  # a missing or empty folder fails now, not after the seconds a model takes to load
         embed_model = default_embed_model()
         kb = KnowledgeBase.build(path, embed_model=embed_model, cache_dir=cache_dir)
         tools: list[Tool] = list(kb_tools(kb, top_k=config.top_k))
@@ -169,7 +172,13 @@ class Lab:
         *,
         config: CragConfig | None = None,
     ) -> AskResult:
-        """Answer one question; the result carries the answer, path, audit trail and usage."""
+        """Answer one question; the result carries the answer, path, audit trail and usage.
+
+        ``query`` must be a non-empty ``str`` of valid text: anything else raises ``TypeError`` or
+        ``InvalidQuestionError`` (a ``ValueError``) before any model call.
+        """
+        query = check_question(query)
+        history = check_history(history)
         mode = self._check_mode(mode)
         config = config or self.config
         graph = self.graph(mode, config)
@@ -232,8 +241,11 @@ class Lab:
 
     def rerun(self, query: str, config: CragConfig | Mapping[str, Any]) -> AskResult:
         """Run the real graph for one query at another config (what replay cannot know)."""
+        query = check_question(query)
         if isinstance(config, Mapping):
             config = self.config.with_changes(**config)
+        if not isinstance(config, CragConfig):
+            raise TypeError(f"config must be a CragConfig or a mapping of its fields, got {type(config).__name__}")
         return self.ask(query, config=config)
 
     def ask_many(
@@ -245,9 +257,9 @@ class Lab:
         concurrency: int = 4,
     ) -> list[AskResult]:
         """Answer many questions with ``graph.batch`` (explicit recursion limit and concurrency)."""
+        queries = check_questions(queries)
         mode = self._check_mode(mode)
         config = config or self.config
-        queries = list(queries)
         start = time.perf_counter()
         states = self.graph(mode, config).batch(
             [initial_state(q, mode=mode, top_k=config.top_k) for q in queries],
