@@ -37,10 +37,11 @@ def _lab(args: argparse.Namespace) -> Any:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from crag_lab.embeddings import default_embed_model
     from crag_lab.kb import KnowledgeBase
 
-    kb = KnowledgeBase.build(args.kb, embed_model=default_embed_model(), cache_dir=args.cache_dir)
+    # No embed_model: the bundled one loads only once there is something to embed, after the cheap
+    # checks (the folder exists and holds text) and never for a rebuild where nothing changed.
+    kb = KnowledgeBase.build(args.kb, cache_dir=args.cache_dir)
     print(json.dumps(dict(kb.build_report or {}), indent=2, default=str))
     return 0
 
@@ -53,6 +54,9 @@ def _print_result(result: Any, *, show_path: bool = True) -> None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from crag_lab._text import check_question
+
+    check_question(args.question)  # before the seconds the model and the index take to load
     lab = _lab(args)
     result = lab.ask(args.question, mode=args.mode)
     if args.json:
@@ -73,7 +77,7 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except ValueError as exc:
-                    raise SystemExit(f"{path}:{n}: not valid JSON ({exc})") from None
+                    raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from None
     return rows
 
 
@@ -101,11 +105,12 @@ def pick_demo(lab: Any, queries: Sequence[dict[str, Any]]) -> list[tuple[str, di
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    queries = load_queries(args.queries)  # before the seconds the model and the index take to load
     lab = _lab(args)
     report = dict(lab.kb.build_report or {}) if lab.kb is not None else {}
     print(f"Knowledge base {args.kb}: {report.get('files_total', '?')} files, {report.get('chunks_total', '?')} chunks "
           f"({report.get('chunks_embedded', 0)} embedded now, {report.get('chunks_reused', 0)} reused)\n")
-    for route, row, result in pick_demo(lab, load_queries(args.queries)):
+    for route, row, result in pick_demo(lab, queries):
         print("=" * 100)
         print(f"[{route}]  {row['id']}: {row['question']}")
         print("-" * 100)
@@ -154,13 +159,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as one line: a pydantic ``ValidationError`` as ``field: message (got value)`` per error.
+
+    >>> from crag_lab.config import CragConfig
+    >>> try:
+    ...     CragConfig(relevance_floor=2)
+    ... except ValueError as exc:
+    ...     print(one_line(exc))
+    invalid setting relevance_floor: Input should be less than or equal to 1 (got 2)
+    """
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        parts = []
+        for error in exc.errors(include_url=False):
+            field = ".".join(str(part) for part in error["loc"])
+            got = "" if isinstance(error.get("input"), dict) else f" (got {error.get('input')!r})"
+            parts.append(f"{field + ': ' if field else ''}{error['msg']}{got}")
+        return "invalid setting " + "; ".join(parts)
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error about the input is one line on stderr and exit status 2.
+
+    Errors about the input are ``CragLabError`` (the package's own), ``OSError`` (a missing or
+    unreadable file) and ``ValueError`` (a bad value, an invalid setting); anything else is a bug
+    and keeps its traceback.
+    """
+    from crag_lab.errors import CragLabError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"crag-lab: {exc}", file=sys.stderr)
+    except (CragLabError, OSError, ValueError) as exc:
+        print(f"crag-lab: {one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("crag-lab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
