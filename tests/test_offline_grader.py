@@ -1,4 +1,4 @@
-"""Behaviour of the offline calibrated grader (crag_lab/offline/grader.py) on tiny inline inputs."""
+"""Behaviour of the offline grader (crag_lab/offline/grader.py) and the reading it scores."""
 
 from __future__ import annotations
 
@@ -8,231 +8,122 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crag_lab.offline.grader import (
-    FEATURE_NAMES,
-    CalibratedGrader,
-    GraderFeatures,
-    content_terms,
-    describe_feature,
-    load_calibration,
-    relation_query,
-    split_sentences,
-)
+from crag_lab.offline.grader import GRADER_FEATURES, CalibratedGrader, load_calibration
+from crag_lab.offline.reading import coverage, features, read, unit_support
+from crag_lab.offline.vectors import VectorCache
 
-QUERY = "Which river flows through the city of Vienna?"
-RELEVANT = "The Danube flows through Vienna, the capital of Austria, on its way to the Black Sea."
+QUERY = "Which port does the api-gateway accept public TLS traffic on?"
+RELEVANT = "## Ports\n\n| Field | Value |\n|---|---|\n| Public TLS port | 8443 |\n| Admin port | 9000 |"
 UNRELATED = "Photosynthesis converts light energy into chemical energy stored in glucose molecules."
 OTHERS = [
-    "Vienna is home to many coffee houses and the State Opera.",
-    "The Rhine rises in the Swiss Alps and flows into the North Sea.",
-    "Mozart spent much of his adult life in Vienna.",
+    "The gateway team meets every Tuesday to review incidents.",
+    "Certificates are renewed by the platform team every 90 days.",
 ]
 
 
-@pytest.fixture(scope="session")
-def embed_model() -> Any:
-    from crag_lab.embeddings import default_embed_model
-
-    return default_embed_model()
-
-
-@pytest.fixture(scope="session")
-def grader(embed_model: Any) -> CalibratedGrader:
-    return CalibratedGrader(embed_model=embed_model)
-
-
-class _FakeEmbed:
-    """Deterministic bag-of-words vectors: enough to test the numpy side without the model."""
-
-    dim = 64
-
-    def _vec(self, text: str) -> list[float]:
-        v = np.zeros(self.dim)
-        for word in content_terms(text):
-            v[sum(map(ord, word)) % self.dim] += 1.0
-        v[0] += 0.1
-        return list(v / np.linalg.norm(v))
-
-    def get_text_embedding_batch(self, texts: list[str], **_: Any) -> list[list[float]]:
-        return [self._vec(t) for t in texts]
-
-    def get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
+@pytest.fixture(scope="module")
+def grader() -> CalibratedGrader:
+    return CalibratedGrader()
 
 
 def test_scores_are_probabilities_rounded_to_three_decimals(grader: CalibratedGrader) -> None:
-    scores = grader.score(QUERY, [RELEVANT, UNRELATED, *OTHERS], ["Danube", "Photosynthesis", None, "Rhine", ""])
-    assert len(scores) == 5
+    scores = grader.score(QUERY, [RELEVANT, UNRELATED, *OTHERS])
     assert all(0.0 <= s <= 1.0 for s in scores)
-    assert all(s == round(s, 3) for s in scores)
+    assert all(round(s, 3) == s for s in scores)
 
 
-def test_scores_are_deterministic(grader: CalibratedGrader) -> None:
-    texts = [RELEVANT, UNRELATED, *OTHERS]
-    assert grader.score(QUERY, texts) == grader.score(QUERY, texts)
-
-
-def test_relevant_passage_outscores_unrelated_one(grader: CalibratedGrader) -> None:
-    with_titles = grader.score(QUERY, [RELEVANT, UNRELATED], ["Danube", "Photosynthesis"])
-    without = grader.score(QUERY, [RELEVANT, UNRELATED])
-    assert with_titles[0] > with_titles[1]
-    assert without[0] > without[1]
-    assert with_titles[1] < 0.3, "an off-topic passage must fall below the 0.3 relevance floor"
-
-
-def test_very_short_passage_does_not_extrapolate(grader: CalibratedGrader) -> None:
-    # log_length is clipped to the training range: two words must not earn a large "short" bonus.
-    assert grader.score(QUERY, ["Cats purr."])[0] < 0.3
-
-
-def test_features_are_clipped_to_the_training_range() -> None:
-    params = copy.deepcopy(load_calibration())
-    grader = CalibratedGrader(embed_model=_FakeEmbed(), params=params)  # type: ignore[arg-type]
-    names = grader.extractor.names
-    x = grader.features(QUERY, [RELEVANT])
-    far = x.copy()
-    far[0, names.index("log_length")] = -100.0
-    low = params["models"]["untitled"]["low"][params["models"]["untitled"]["features"].index("log_length")]
-    at_low = x.copy()
-    at_low[0, names.index("log_length")] = low
-    assert grader.probabilities(far)[0] == grader.probabilities(at_low)[0]
-    params["models"]["untitled"]["low"] = [1.0] * len(params["models"]["untitled"]["features"])
-    with pytest.raises(ValueError, match="low <= high"):
-        CalibratedGrader(embed_model=_FakeEmbed(), params=params)  # type: ignore[arg-type]
+def test_relevant_item_reads_as_enough_and_noise_as_noise(grader: CalibratedGrader) -> None:
+    relevant, unrelated = grader.score(QUERY, [RELEVANT, UNRELATED], ["api-gateway", "Biology"])
+    assert relevant >= 0.7 > 0.3 > unrelated
 
 
 def test_item_score_does_not_depend_on_the_rest_of_the_batch(grader: CalibratedGrader) -> None:
-    alone = grader.score(QUERY, [RELEVANT], ["Danube"])[0]
-    batch = grader.score(QUERY, [UNRELATED, *OTHERS, RELEVANT], [None, None, "Rhine", None, "Danube"])
-    assert batch[-1] == alone
-    one_by_one = [grader.score(QUERY, [t])[0] for t in OTHERS]
-    assert grader.score(QUERY, OTHERS) == one_by_one
+    alone = grader.score(QUERY, [RELEVANT])
+    batch = grader.score(QUERY, [UNRELATED, *OTHERS, RELEVANT])
+    assert alone[0] == batch[-1]
 
 
-def test_empty_inputs(grader: CalibratedGrader) -> None:
+def test_empty_inputs_and_mismatched_titles(grader: CalibratedGrader) -> None:
     assert grader.score(QUERY, []) == []
-    assert grader.features(QUERY, []).shape == (0, len(grader.extractor.names))
-    scores = grader.score("", ["", "   "])
-    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+    with pytest.raises(ValueError, match="one title"):
+        grader.score(QUERY, ["a", "b"], ["only one"])
 
 
-def test_titles_must_match_texts(grader: CalibratedGrader) -> None:
-    with pytest.raises(ValueError, match="titles"):
-        grader.score(QUERY, [RELEVANT, UNRELATED], ["only one"])
+def test_index_vectors_are_reused_not_re_encoded() -> None:
+    class CountingEmbed:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def get_text_embedding_batch(self, texts: list[str]) -> list[list[float]]:
+            self.calls.append(list(texts))
+            return [[float(len(t)), 1.0, 0.5] for t in texts]
+
+    embed = CountingEmbed()
+    cache = VectorCache(embed)  # type: ignore[arg-type]
+    item = {"text": "Port 8443.", "path": "gw.md", "title": "Gateway"}
+    from crag_lab.offline.vectors import passage_key
+
+    cache.add([passage_key(item["text"], item["path"], item["title"])], np.array([[1.0, 0.0, 0.0]]))
+    read("port?", [item], cache)
+    encoded = [t for call in embed.calls for t in call]
+    assert passage_key(item["text"], item["path"], item["title"]) not in encoded  # the stored vector was used
+    before = cache.encoded
+    read("port?", [item], cache)
+    assert cache.encoded == before  # the second reading encodes nothing
 
 
-def test_embeds_all_texts_in_one_batch_call() -> None:
-    calls: list[int] = []
+def test_features_follow_the_reading() -> None:
+    class Embed:
+        def get_text_embedding_batch(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, float("8443" in t), 0.1] for t in texts]
 
-    class Counting(_FakeEmbed):
-        def get_text_embedding_batch(self, texts: list[str], **kw: Any) -> list[list[float]]:
-            calls.append(len(texts))
-            return super().get_text_embedding_batch(texts, **kw)
-
-    grader = CalibratedGrader(embed_model=Counting())  # type: ignore[arg-type]
-    grader.score(QUERY, [RELEVANT, UNRELATED, *OTHERS], ["Danube", None, None, "Rhine", None])
-    assert len(calls) == 1
-
-
-def test_shipped_coefficients_raise_score_with_cosine() -> None:
-    params = load_calibration()
-    for key in ("titled", "untitled"):
-        model = params["models"][key]
-        coef = dict(zip(model["features"], model["coef"], strict=True))
-        assert coef["cos_text"] > 0, f"{key}: the passage cosine must count for relevance"
-        assert not any("cos_text*" in f or "*cos_text" in f for f in model["features"]), (
-            "monotonicity needs a linear term"
-        )
+    cache = VectorCache(Embed())  # type: ignore[arg-type]
+    reading = read("Which port?", [{"text": "The gateway port is 8443."}, {"text": "Lunch is at noon."}], cache)
+    rows = [features(item, reading.kind) for item in reading.items]
+    named = [dict(zip(GRADER_FEATURES, row, strict=True)) for row in rows]
+    assert named[0]["kind_found"] == 1.0 and named[1]["kind_found"] == 0.0  # a number for "which port"
+    assert named[0]["coverage_item"] == 1.0 and named[1]["coverage_item"] == 0.0
 
 
-def test_score_is_monotone_in_cosine() -> None:
-    grader = CalibratedGrader(embed_model=_FakeEmbed())  # type: ignore[arg-type]
-    names = grader.extractor.names
-    x = np.tile(grader.features(QUERY, [RELEVANT], ["Danube"]), (21, 1))
-    x[:, names.index("cos_text")] = np.linspace(-0.2, 1.0, 21)
-    probs = grader.probabilities(x)
-    assert np.all(np.diff(probs) >= 0)
-    assert probs[-1] > probs[0]
+def test_coverage_credits_context_at_half_weight() -> None:
+    assert coverage(["port", "gateway"], frozenset({"port", "gateway"})) == 1.0
+    assert coverage(["port", "gateway"], frozenset({"port"}), frozenset({"gateway"})) == 0.75
+    assert coverage([], frozenset({"x"})) == 0.0
 
 
-def test_untitled_items_use_the_title_free_model() -> None:
-    grader = CalibratedGrader(embed_model=_FakeEmbed())  # type: ignore[arg-type]
-    x = grader.features(QUERY, [RELEVANT, RELEVANT, RELEVANT], ["Vienna", None, "  "])
-    col = grader.extractor.names.index("title_exact")
-    assert x[0, col] == 1.0 and np.isnan(x[1, col]) and np.isnan(x[2, col])
-    probs = grader.probabilities(x)
-    assert np.all(np.isfinite(probs)) and probs[1] == probs[2]
-    params = load_calibration()
-    only = {"models": {"untitled": params["models"]["untitled"]}}
-    untitled_only = CalibratedGrader(embed_model=_FakeEmbed(), params=only)  # type: ignore[arg-type]
-    assert untitled_only.score(QUERY, [RELEVANT], ["Vienna"]) == untitled_only.score(QUERY, [RELEVANT])
+def test_question_shaped_units_never_support_an_answer() -> None:
+    from crag_lab.offline.reading import UnitReading
+    from crag_lab.offline.units import Unit
+
+    answer = UnitReading(Unit(1, "The port is 8443.", frozenset({"port"})), 0.6, 1.0, True)
+    faq = UnitReading(Unit(1, "**Which port is it?**", frozenset({"port"})), 0.6, 1.0, True)
+    assert unit_support(answer) > unit_support(faq)
 
 
-def test_calibration_map_is_applied_with_interp() -> None:
-    params = copy.deepcopy(load_calibration())
-    for model in params["models"].values():
-        model["calibration"] = {"x": [0.0, 1.0], "y": [0.5, 0.5]}
-    grader = CalibratedGrader(embed_model=_FakeEmbed(), params=params)  # type: ignore[arg-type]
-    assert grader.score(QUERY, [RELEVANT, UNRELATED]) == [0.5, 0.5]
+def test_shipped_calibration_is_valid_and_raises_score_with_meaning() -> None:
+    data = load_calibration()
+    assert data["model"]["features"] == list(GRADER_FEATURES)
+    coef = dict(zip(GRADER_FEATURES, data["model"]["coef"], strict=True))
+    assert coef["cos_best_unit"] + coef["cos_item"] > 0
+    assert coef["coverage_best_unit"] + coef["coverage_item"] > 0
+    cv = data["cross_validation"]
+    assert {"kb", "pooled"} <= set(cv)
+
+
+def test_features_are_clipped_to_the_training_range(grader: CalibratedGrader) -> None:
+    model = load_calibration()["model"]
+    high = np.asarray(model["high"])
+    beyond = grader.probabilities((high + 100.0)[None, :])
+    at = grader.probabilities(high[None, :])
+    assert beyond[0] == pytest.approx(at[0])
 
 
 def test_bad_params_name_what_is_wrong() -> None:
-    with pytest.raises(ValueError, match="'models'"):
-        CalibratedGrader(embed_model=_FakeEmbed(), params={})  # type: ignore[arg-type]
+    params: dict[str, Any] = copy.deepcopy(load_calibration())
+    del params["model"]["coef"]
+    with pytest.raises(ValueError, match="coef"):
+        CalibratedGrader(params=params)
     params = copy.deepcopy(load_calibration())
-    params["models"]["untitled"]["features"][0] = "cosine"
-    with pytest.raises(ValueError, match="valid: cos_text"):
-        CalibratedGrader(embed_model=_FakeEmbed(), params=params)  # type: ignore[arg-type]
-
-
-def test_unknown_feature_lists_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match="cos_title"):
-        GraderFeatures(["cos_text", "bogus"])
-    with pytest.raises(ValueError, match="hinge"):
-        GraderFeatures(["bogus>0.5"])
-    assert GraderFeatures(["cos_text*cos_title"]).uses_title_embedding
-    assert not GraderFeatures(["cos_text", "title_exact"]).uses_title_embedding
-
-
-def test_derived_features_are_products_and_hinges() -> None:
-    names = ["query_coverage", "query_coverage>0.4", "query_coverage*query_coverage"]
-    emb = _FakeEmbed()
-    x = GraderFeatures(names).extract(
-        "red green blue yellow",
-        ["red green blue here", "nothing matches"],
-        None,
-        lambda texts: np.asarray(emb.get_text_embedding_batch(texts)),
-        lambda q: np.asarray(emb.get_query_embedding(q)),
-    )
-    np.testing.assert_allclose(x, [[0.75, 0.35, 0.5625], [0.0, 0.0, 0.0]])
-    assert describe_feature("query_coverage>0.4").startswith("max(0, share of the query's content words")
-
-
-def test_feature_extraction_counts_overlaps() -> None:
-    fx = GraderFeatures(FEATURE_NAMES)
-    emb = _FakeEmbed()
-    x = fx.extract(
-        "Where was Ada Lovelace born in 1815?",
-        ["Ada Lovelace was born in London in 1815.", "Cats sleep a lot."],
-        ["Ada Lovelace", "Cat"],
-        lambda texts: np.asarray(emb.get_text_embedding_batch(texts)),
-        lambda q: np.asarray(emb.get_query_embedding(q)),
-    )
-    row = dict(zip(FEATURE_NAMES, x[0], strict=True))
-    assert row["entity_coverage"] == 1.0  # Ada, Lovelace, 1815
-    assert row["number_match"] == 1.0
-    assert row["title_exact"] == 1.0 and row["title_in_query"] == 1.0
-    assert dict(zip(FEATURE_NAMES, x[1], strict=True))["query_coverage"] == 0.0
-
-
-def test_relation_query_drops_names_and_quoted_titles() -> None:
-    assert relation_query('Who directed the film "Big Stone Gap" in 2014?') == "Who directed the film in"
-    assert relation_query("where is Vienna") == "where is"
-
-
-def test_text_helpers() -> None:
-    assert content_terms("The cities' rivers are flowing") == ["city", "river", "flow"]
-    assert split_sentences("") == []
-    assert split_sentences("One short line") == ["One short line"]
-    sents = split_sentences("First sentence is here. Second one is here too.\n\n- a list item with words")
-    assert sents == ["First sentence is here.", "Second one is here too.", "- a list item with words"]
+    params["model"]["features"] = ["cos_text"]
+    with pytest.raises(ValueError, match="refit"):
+        CalibratedGrader(params=params)

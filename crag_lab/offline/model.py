@@ -8,20 +8,25 @@ parsers and fallbacks an LLM's would. It reads the structured ``inputs`` rather 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
+from crag_lab.offline.vectors import VectorCache
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
+    from crag_lab.kb import KnowledgeBase
     from crag_lab.offline.grader import CalibratedGrader
 
 
 class OfflineModel:
-    """Heuristic router and planner, calibrated grader, extractive synthesizer.
+    """Prototype router, evidence-driven planner, calibrated grader, extractive synthesizer.
+
+    ``kb`` (optional) seeds the vector cache with the chunk vectors its index already holds, so
+    grading and synthesis re-encode none of the chunks a search returns.
 
     >>> from crag_lab.offline import OfflineModel
     >>> OfflineModel().complete("analyze", "", {"query": "hello!", "available_tools": []}).text
@@ -30,26 +35,26 @@ class OfflineModel:
 
     name = "offline"
 
-    def __init__(self, embed_model: BaseEmbedding | None = None) -> None:
-        self._embed_model = embed_model
+    def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None) -> None:
+        self.vectors = VectorCache(embed_model)
+        self._kb = kb
         self._grader: CalibratedGrader | None = None
+
+    def _seeded(self) -> VectorCache:
+        """The vector cache, seeded on first use with the chunk vectors the knowledge base holds."""
+        if self._kb is not None:
+            kb, self._kb = self._kb, None
+            keys, vectors = kb.passage_vectors()
+            self.vectors.add(keys, vectors)
+        return self.vectors
 
     @property
     def grader(self) -> CalibratedGrader:
         if self._grader is None:
             from crag_lab.offline.grader import CalibratedGrader
 
-            self._grader = CalibratedGrader(embed_model=self._embed_model)
+            self._grader = CalibratedGrader(cache=self._seeded())
         return self._grader
-
-    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """The question (first) and passages as MiniLM vectors, for the synthesizer's abstention test."""
-        if self._embed_model is None:
-            from crag_lab.embeddings import default_embed_model
-
-            self._embed_model = default_embed_model()
-        query, *passages = texts
-        return [self._embed_model.get_query_embedding(query), *self._embed_model.get_text_embedding_batch(passages)]
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
         text = self._answer(task, inputs)
@@ -59,20 +64,18 @@ class OfflineModel:
         query = str(inputs.get("query", ""))
         if task == "analyze":
             plan = router.analyze(query, available=inputs.get("available_tools", []),
-                                  tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")))
+                                  tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")),
+                                  vectors=self.vectors)
             return json.dumps(plan, sort_keys=True)
         if task == "plan":
-            return json.dumps(planner.plan(inputs))
+            return json.dumps(planner.plan(inputs, self._seeded()))
         if task == "grade":
-            items = inputs.get("items", [])
-            scores = self.grader.score(query, [str(i.get("text", "")) for i in items],
-                                       [i.get("title") for i in items])
-            return json.dumps(scores)
+            return json.dumps(self.grader.score_items(query, inputs.get("items", [])))
         if task == "synthesize":
             kind = inputs.get("kind", "answer")
             if kind == "chitchat":
                 return synthesizer.chitchat(query)
             if kind == "normal":
                 return synthesizer.NORMAL_ANSWER
-            return synthesizer.answer(query, inputs.get("evidence", []), embed=self._embed)
+            return synthesizer.answer(query, inputs.get("evidence", []), self._seeded())
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

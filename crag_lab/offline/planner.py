@@ -1,4 +1,11 @@
-"""The offline planner: tool calls from the routing plan, with refined keywords on REFINE."""
+"""The offline planner: tool calls from the routing plan; on REFINE, a new query built from the evidence.
+
+A REFINE means the kept evidence is on topic but not enough. The planner reads it: the unit that
+best matches the question usually names the *bridge* — the entity through which the question
+reaches its answer ("Owning team: Payments Core" for "who leads the team that owns card-router?").
+The refined query is what the question still asks ("leads") about that entity ("Payments Core"),
+searched densely and with BM25. The rewritten query is in the ``planned`` audit event.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crag_lab.offline.text import content_terms, tokens
+from crag_lab.offline.reading import coverage, read
+from crag_lab.offline.text import STOPWORDS, content_terms, tokens
+from crag_lab.offline.units import expand, question_terms
+from crag_lab.offline.vectors import VectorCache
 
 _ISSUE_KEY = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
 _PATH = re.compile(r"\b[\w./-]+\.(?:md|markdown|txt|rst)\b")
@@ -25,8 +35,51 @@ def missing_terms(query: str, context: Sequence[Mapping[str, Any]]) -> list[str]
     return list(dict.fromkeys(words))
 
 
-def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The calls the offline model proposes (JSON-ready)."""
+_NAME = re.compile(r"`[^`]{2,60}`|#[\w-]+|\b[A-Z][\w-]*(?:\s+[A-Z][\w-]*)*\b|\b[a-z0-9]+(?:-[a-z0-9]+)+\b")
+
+
+def bridge_entities(query: str, context: Sequence[Mapping[str, Any]], vectors: VectorCache | None) -> list[str]:
+    """Names the kept evidence adds next to what the question asks: the bridge of a multi-hop question.
+
+    Reads the units of the kept items, takes the one that best matches the question, and returns
+    its names (capitalised words, kebab-case identifiers, ``#channels``, code) that the question
+    does not already contain — the value side of a ``key: value`` row first.
+    """
+    if not context or vectors is None:
+        return []
+    reading = read(query, [{"n": i, "text": c.get("text", ""), "title": c.get("title"), "path": c.get("path")}
+                           for i, c in enumerate(context, 1)], vectors)
+    units = [u for item in reading.items for u in item.units]
+    if not units:
+        return []
+    best = max(units, key=lambda u: (u.coverage + u.cos, -len(u.unit.text)))
+    text = best.unit.text
+    if ":" in text:  # "Owning team: Payments Core" -> the value names the bridge
+        text = text.split(":", 1)[1]
+    asked = set(content_terms(query)) | expand(content_terms(query))
+    names = []
+    for match in _NAME.finditer(text):
+        name = match.group(0).strip("`")
+        words = [w for w in tokens(name) if w not in STOPWORDS]
+        if words and not set(content_terms(name)) <= asked:
+            names.append(name)
+    return list(dict.fromkeys(names))[:2]
+
+
+def refined_query(query: str, context: Sequence[Mapping[str, Any]], vectors: VectorCache | None) -> str:
+    """What the question still asks, about the bridge the kept evidence names; the query if neither is found."""
+    gaps = missing_terms(query, context)
+    bridge = bridge_entities(query, context, vectors)
+    if bridge:
+        asked = [w for w in tokens(query) if w not in STOPWORDS and content_terms(w)
+                 and coverage(question_terms(w), frozenset(content_terms(" ".join(bridge)))) == 0]
+        head = gaps or asked[:3]
+        return " ".join([*bridge, *head])
+    return " ".join(gaps) if gaps else query
+
+
+def plan(inputs: Mapping[str, Any], vectors: VectorCache | None = None) -> list[dict[str, Any]]:
+    """The calls the offline model proposes (JSON-ready); ``vectors`` lets REFINE read the evidence."""
     query: str = inputs["query"]
     routing: Mapping[str, Any] = inputs.get("routing_plan") or {}
     top_k: int = int(inputs.get("top_k", 5))
@@ -43,12 +96,11 @@ def plan(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     def refined_calls() -> list[dict[str, Any]]:
         """Searches for what the kept evidence lacks: each sub-question, then the missing words."""
-        gaps = missing_terms(query, inputs.get("context", []))
-        refined = " ".join(gaps) if gaps else query
+        refined = refined_query(query, inputs.get("context", []), vectors)
+        add("vector_search", {"query": refined, "top_k": top_k})
+        add("keyword_search", {"query": refined, "top_k": keyword_k})
         for sub in routing.get("sub_questions", [])[1:]:
             add("vector_search", {"query": sub, "top_k": top_k})
-        add("keyword_search", {"query": refined, "top_k": top_k})
-        add("vector_search", {"query": refined, "top_k": top_k})
         return calls[:3]
 
     if inputs.get("refine"):

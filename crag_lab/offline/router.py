@@ -1,19 +1,35 @@
-"""The offline router: complexity and tool suggestions from the question's surface form.
+"""The offline router: complexity and tool suggestions from what a message is.
 
-Deterministic rules, readable in one screen, so a student can see why a question took its route
-(`explain` names the rule). They look at phrasing only, never at topics: small talk and questions
-about the assistant are chitchat; a comparison, a change over time, a second question joined by
-"and", a choice between alternatives or an entity named through another one ("the team that owns
-X") is complex; anything else is one fact, simple.
+Chitchat is recognised by meaning first: the message's MiniLM vector is compared with varied
+prototype messages (greetings, thanks, apologies, goodbyes, small talk, questions about the
+assistant; and, against them, information-seeking questions), shipped in
+``crag_lab/_data/router_prototypes.json`` and written for the router, not taken from any evaluation
+set. A few phrasing rules back it up without a vector. Complexity is structure: a comparison, a
+change over time, a second question joined by "and", a choice between alternatives or an entity
+named through another one ("the team that owns X") is complex; anything else is one fact, simple.
+`explain` names the rule that decided, so a student can see why a question took its route.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from crag_lab.offline.text import content_terms
+
+if TYPE_CHECKING:
+    from crag_lab.offline.vectors import VectorCache
+
+MEANING_MARGIN = 0.04
+"""Chitchat by meaning: the nearest chitchat prototype must beat the nearest question prototype by this."""
+MEANING_MIN = 0.45
+"""... and be at least this close (cosine) to the message."""
+MEANING_MAX_TERMS = 8
+"""Only short messages are tested for chitchat; a long one carries a request."""
 
 _CHITCHAT = re.compile(
     r"^\s*(?:hi|hello|hey|hiya|howdy|yo|good (?:morning|afternoon|evening|night)|greetings|"
@@ -71,7 +87,29 @@ _PATH = re.compile(r"\b[\w./-]+\.(?:md|markdown|txt|rst)\b")
 _SPLIT = re.compile(r"\s*(?:,?\s+and\s+|;\s*|\?\s+)", re.IGNORECASE)
 
 
-def explain(query: str) -> tuple[str, str]:
+@functools.lru_cache(maxsize=1)
+def prototypes() -> dict[str, tuple[str, ...]]:
+    """The router's prototype messages by class (``chitchat``, ``question``)."""
+    text = resources.files("crag_lab").joinpath("_data").joinpath("router_prototypes.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    return {"chitchat": tuple(data["chitchat"]), "question": tuple(data["question"])}
+
+
+def chitchat_by_meaning(query: str, vectors: VectorCache) -> bool:
+    """True when the message is nearer in meaning to the chitchat prototypes than to the questions."""
+    protos = prototypes()
+    chit, quest = protos["chitchat"], protos["question"]
+    matrix = vectors.texts([query.strip().lower(), *chit, *quest])
+    sims = matrix[1:] @ matrix[0]
+    near_chit, near_quest = float(sims[: len(chit)].max()), float(sims[len(chit):].max())
+    return near_chit >= MEANING_MIN and near_chit >= near_quest + MEANING_MARGIN
+
+
+_KB_SIGNAL = re.compile(r"\d|[A-Z]{2,}|[\w-]+-[\w-]+|`|/")
+"""Digits, acronyms, kebab-case names, code or paths: a message carrying these asks about something."""
+
+
+def explain(query: str, vectors: VectorCache | None = None) -> tuple[str, str]:
     """The complexity and the name of the rule that decided it.
 
     >>> explain("Which team owns the service on port 7070, and in which channel do I reach them?")
@@ -80,11 +118,15 @@ def explain(query: str) -> tuple[str, str]:
     ('chitchat', 'about_assistant')
     """
     text = query.strip()
-    if len(content_terms(text)) <= 6:
+    n_terms = len(content_terms(text))
+    if n_terms <= 6:
         if _CHITCHAT.match(text):
             return "chitchat", "small_talk"
         if _ABOUT_ASSISTANT.match(text):
             return "chitchat", "about_assistant"
+    if (vectors is not None and n_terms <= MEANING_MAX_TERMS and not _KB_SIGNAL.search(text)
+            and chitchat_by_meaning(text, vectors)):
+        return "chitchat", "chitchat_by_meaning"
     for name, pattern in COMPLEX_RULES:
         if pattern.search(text):
             return "complex", name
@@ -93,7 +135,7 @@ def explain(query: str) -> tuple[str, str]:
     return "simple", "one_fact"
 
 
-def classify(query: str) -> str:
+def classify(query: str, vectors: VectorCache | None = None) -> str:
     """``chitchat``, ``simple`` or ``complex``.
 
     >>> classify("thanks!"), classify("Which port does the gateway admin API use?")
@@ -101,7 +143,7 @@ def classify(query: str) -> str:
     >>> classify("What changed between ADR-0004 and ADR-0009?")
     'complex'
     """
-    return explain(query)[0]
+    return explain(query, vectors)[0]
 
 
 def identifiers(query: str) -> list[str]:
@@ -119,10 +161,11 @@ def sub_questions(query: str, complexity: str) -> list[str]:
 
 
 def analyze(
-    query: str, *, available: Sequence[str], tried: Sequence[str] = (), retrying: bool = False
+    query: str, *, available: Sequence[str], tried: Sequence[str] = (), retrying: bool = False,
+    vectors: VectorCache | None = None,
 ) -> dict[str, Any]:
     """The routing plan as the analyze prompt asks for it (a JSON-ready dict)."""
-    complexity = classify(query)
+    complexity = classify(query, vectors)
     if complexity == "chitchat":
         return {"query_type": "chitchat", "complexity": "chitchat", "sub_questions": [],
                 "suggested_tools": [], "grep_keywords": []}

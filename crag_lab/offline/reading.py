@@ -1,0 +1,162 @@
+"""How the offline model reads evidence for one question: per item and per unit, meaning and words.
+
+`read` turns a question and its evidence items into a `Reading`: each item's MiniLM cosine with
+the question (the vector the index already holds, via `VectorCache`), and each of its units
+(`crag_lab.offline.units`) with its own cosine, the share of the question's content words it holds,
+and whether it holds the kind of thing the question asks for (a number, a person, a date, ...).
+The grader turns an item's reading into features; the synthesizer picks the units to quote.
+
+A unit's and an item's numbers depend only on the question and that item, never on the other
+items of the batch, so batch and per-item grading agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from crag_lab.offline.text import content_terms, term_parts
+from crag_lab.offline.units import Unit, asks_for, expand, holds, question_terms, units_of
+from crag_lab.offline.vectors import VectorCache, passage_key
+
+CONTEXT_WEIGHT = 0.5
+"""How much a question term counts when it is only in a unit's heading or the item's title."""
+MAX_UNITS_PER_ITEM = 40
+"""Units beyond this many per item are not embedded (a 400-line file excerpt, say)."""
+
+
+def has_term(term: str, terms: frozenset[str]) -> bool:
+    """The term, or every part of a compound term (``api-gateway``), is among ``terms``."""
+    if term in terms:
+        return True
+    parts = term_parts(term)
+    return bool(parts) and all(p in terms for p in parts)
+
+
+def coverage(q_terms: Sequence[str], own: frozenset[str], context: frozenset[str] = frozenset()) -> float:
+    """Share of the question's terms found in ``own`` (full credit) or only in ``context`` (half).
+
+    >>> coverage(["port", "gateway"], frozenset({"port"}), frozenset({"gateway"}))
+    0.75
+    """
+    if not q_terms:
+        return 0.0
+    got = 0.0
+    for term in q_terms:
+        if has_term(term, own):
+            got += 1.0
+        elif has_term(term, context):
+            got += CONTEXT_WEIGHT
+    return got / len(q_terms)
+
+
+@dataclass(frozen=True)
+class UnitReading:
+    unit: Unit
+    cos: float
+    coverage: float
+    holds: bool | None
+
+
+@dataclass(frozen=True)
+class ItemReading:
+    """One evidence item: its cosine with the question, its word coverage and its units."""
+
+    n: int
+    title: str
+    cos: float
+    coverage: float
+    n_words: int
+    units: tuple[UnitReading, ...]
+
+    @property
+    def best_unit(self) -> UnitReading | None:
+        return max(self.units, key=unit_support, default=None)
+
+
+def unit_support(u: UnitReading) -> float:
+    """How strongly one unit answers the question on its own: meaning, words and answer kind."""
+    bonus = 0.15 if u.holds is True else (-0.1 if u.holds is False else 0.0)
+    question_like = -0.3 if u.unit.text.rstrip("*_ ").endswith("?") else 0.0  # an FAQ heading never answers
+    return u.cos + 0.6 * u.coverage + bonus + question_like
+
+
+@dataclass(frozen=True)
+class Reading:
+    query: str
+    kind: str | None
+    terms: tuple[str, ...]
+    items: tuple[ItemReading, ...]
+
+
+def _unit_key(title: str, unit: Unit) -> str:
+    return f"{title}: {unit.text}" if title else unit.text
+
+
+def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> Reading:
+    """Read ``items`` (``text`` and optional ``title``/``path``/``n``) for ``query``.
+
+    One call to the cache embeds everything it has not seen: the question, the items (their
+    stored chunk vectors when the index holds them) and their units.
+    """
+    kind = asks_for(query)
+    q_terms = tuple(question_terms(query)) or tuple(content_terms(query))
+    texts = [str(item.get("text", "")) for item in items]
+    titles = [str(item.get("title") or "") for item in items]
+    per_item = [units_of(int(item.get("n", i + 1)), text, title or None)[:MAX_UNITS_PER_ITEM]
+                for i, (item, text, title) in enumerate(zip(items, texts, titles, strict=True))]
+    keys = [query]
+    keys += [passage_key(text, item.get("path"), title or None) for item, text, title in zip(items, texts, titles,
+                                                                                               strict=True)]
+    keys += [_unit_key(title, u) for title, units in zip(titles, per_item, strict=True) for u in units]
+    vectors = cache.texts(keys)
+    q_vec = vectors[0]
+    cos = vectors[1:] @ q_vec if len(keys) > 1 else np.zeros(0)
+    item_cos, unit_cos = cos[: len(items)], cos[len(items):]
+    readings = []
+    at = 0
+    for i, (item, text, title, units) in enumerate(zip(items, texts, titles, per_item, strict=True)):
+        title_terms = expand(content_terms(title))
+        own = expand(content_terms(text))
+        unit_rows = []
+        for u in units:
+            unit_rows.append(UnitReading(u, float(unit_cos[at]), coverage(q_terms, u.terms, u.context),
+                                         holds(kind, u.text, query)))
+            at += 1
+        readings.append(ItemReading(
+            n=int(item.get("n", i + 1)), title=title, cos=float(item_cos[i]),
+            coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=tuple(unit_rows),
+        ))
+    return Reading(query, kind, q_terms, tuple(readings))
+
+
+GRADER_FEATURES: tuple[str, ...] = (
+    "cos_item", "cos_best_unit", "coverage_item", "coverage_best_unit", "support_best_unit", "kind_found",
+    "log_words",
+)
+"""The grader's features, in order (see `features`)."""
+
+
+def features(item: ItemReading, kind: str | None) -> list[float]:
+    """The grader's feature row for one item.
+
+    ``kind_found`` is 1 when a unit covering at least half of what the best-covering unit covers
+    holds the asked kind of answer, 0 when none does, and 0.5 when the question asks for no kind.
+    """
+    units = item.units
+    best_cov = max((u.coverage for u in units), default=0.0)
+    kind_found = 0.5 if kind is None else float(any(u.holds and u.coverage >= 0.5 * best_cov for u in units))
+    best = item.best_unit
+    return [
+        item.cos,
+        max((u.cos for u in units), default=item.cos),
+        item.coverage,
+        best_cov,
+        unit_support(best) if best is not None else item.cos,
+        kind_found,
+        math.log1p(item.n_words),
+    ]

@@ -1,0 +1,52 @@
+"""The offline synthesizer (crag_lab/offline/synthesizer.py): quote what answers, cite only that, or abstain."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag_lab.offline.synthesizer import answer, chitchat
+from crag_lab.offline.vectors import VectorCache
+from crag_lab.prompts import NO_EVIDENCE_ANSWER
+
+GATEWAY = {"n": 1, "title": "api-gateway", "path": "services/api-gateway/README.md",
+           "text": "# api-gateway\n\n| Field | Value |\n|---|---|\n| Applies to | public traffic |\n"
+                   "| Public TLS port | 8443 |\n| Admin port | 9000 |"}
+RUNBOOK = {"n": 2, "title": "Certificate rotation", "path": "runbooks/certs.md",
+           "text": "# Certificate rotation\n\nCertificates are rotated every 90 days by the platform team.\n\n"
+                   "Run `gwctl certs rotate --env prod` to rotate them."}
+TEAM = {"n": 3, "title": "Teams", "path": "architecture/overview.md",
+        "text": "## Teams\n\n| Team | Lead | Channel |\n|---|---|---|\n| Payments Core | Tiago Mendes | #payments-core |"}
+
+
+@pytest.fixture(scope="module")
+def vectors() -> VectorCache:
+    return VectorCache()
+
+
+def test_a_number_question_quotes_the_row_without_table_scaffolding(vectors: VectorCache) -> None:
+    text = answer("On which port does the api-gateway accept public TLS traffic?", [RUNBOOK, GATEWAY, TEAM], vectors)
+    assert "8443" in text and "[1]" in text
+    assert "[2]" not in text and "[3]" not in text  # only the item that supports the answer is cited
+    assert "Field:" not in text and "Value:" not in text
+
+
+def test_a_who_question_quotes_a_person(vectors: VectorCache) -> None:
+    text = answer("Who leads Payments Core?", [GATEWAY, TEAM, RUNBOOK], vectors)
+    assert "Tiago Mendes" in text and text.endswith("[3].")
+
+
+def test_a_command_question_quotes_the_command(vectors: VectorCache) -> None:
+    text = answer("Which command rotates the gateway certificates?", [GATEWAY, RUNBOOK], vectors)
+    assert "gwctl certs rotate" in text and "[2]" in text
+
+
+def test_evidence_about_something_else_gives_the_abstention(vectors: VectorCache) -> None:
+    assert answer("What is the disaster-recovery RPO of the search service?", [TEAM], vectors) == NO_EVIDENCE_ANSWER
+    assert answer("Which port?", [], vectors) == NO_EVIDENCE_ANSWER
+
+
+@pytest.mark.parametrize(("message", "word"), [
+    ("thanks a lot!", "welcome"), ("sorry, my mistake", "problem"), ("bye!", "Goodbye"), ("hello", "Hello"),
+])
+def test_chitchat_replies_fit_the_message(message: str, word: str) -> None:
+    assert word in chitchat(message)
