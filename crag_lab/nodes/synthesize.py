@@ -51,7 +51,13 @@ def make_synthesize(deps: Deps) -> Node:
                 log.log_audit("synthesize_failed", level="error", fallback="error_answer")
             elif is_abstention(reply.text):
                 body = NO_EVIDENCE_ANSWER
-                log.log_audit("model_abstained", items=len(context))
+                action = state.get("grader_action")
+                # Graded evidence the synthesizer still could not answer from: the trace must say so.
+                log.log_audit("model_abstained", level="warning" if action == "GENERATE" else "info",
+                              items=len(context), grader_action=action,
+                              reason=("the grader judged the evidence sufficient (GENERATE) but the model found "
+                                      "no answer in it") if action == "GENERATE" else "the model found no answer "
+                                      "in the evidence")
             else:
                 body, cited = finalize_answer(reply.text, context)
                 if not cited:
