@@ -36,9 +36,9 @@ COVERAGE_WEIGHT = 0.6
 KIND_BONUS = 0.15
 KIND_PENALTY = 0.25
 SAME_ITEM_UNITS = 2
-"""At most this many further units of the best unit's item are quoted, when within `SAME_ITEM_MARGIN`:
-quoting more of one passage costs no citation precision and often catches an answer the best unit
-only leads up to."""
+"""When the best unit does not hold the asked kind of answer (or none is asked), at most this many
+further units of its item are quoted, when within `SAME_ITEM_MARGIN`: quoting more of one passage
+costs no citation precision and often catches an answer the best unit only leads up to."""
 SAME_ITEM_MARGIN = 0.5
 MAX_UNITS = 3
 WIDE_UNIT_CHARS = 220
@@ -77,9 +77,11 @@ def choose(reading: Reading) -> Choice:
         return Choice((), 0.0)
     _, best = ranked[0]
     chosen = [best]
+    # Close runners-up of the same item join the quote; when the best unit already holds the asked
+    # kind of answer, only if they are not competing answers of that kind (sibling table rows).
     top = ranked[0][0]
     chosen += [u for score, u in ranked[1:] if u.unit.n == best.unit.n and score >= top - SAME_ITEM_MARGIN
-               and u.holds is not False][:SAME_ITEM_UNITS]
+               and (u.holds is None or u.holds is (best.holds is not True))][:SAME_ITEM_UNITS]
     for part in question_parts(reading.query):
         if len(chosen) >= MAX_UNITS:
             break
