@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
+	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl --ids a001,a002,a005,a013,a006
 
 test: $(STAMP)
 	sh scripts/ensure_chromium.sh

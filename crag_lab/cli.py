@@ -110,9 +110,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report = dict(lab.kb.build_report or {}) if lab.kb is not None else {}
     print(f"Knowledge base {args.kb}: {report.get('files_total', '?')} files, {report.get('chunks_total', '?')} chunks "
           f"({report.get('chunks_embedded', 0)} embedded now, {report.get('chunks_reused', 0)} reused)\n")
-    for route, row, result in pick_demo(lab, queries):
+    if args.ids:
+        by_id = {row["id"]: row for row in queries}
+        missing = [i for i in args.ids if i not in by_id]
+        if missing:
+            raise ValueError(f"{args.queries}: no question with id {', '.join(missing)}")
+        shown = [(lab.ask(by_id[i]["question"]), by_id[i]) for i in args.ids]
+        picked = [(result.route, row, result) for result, row in shown]
+    else:
+        picked = pick_demo(lab, queries)
+    for route, row, result in picked:
         print("=" * 100)
-        print(f"[{route}]  {row['id']}: {row['question']}")
+        expected = f"   (labelled answer: {row['answer']})" if row.get("answer") else ""
+        print(f"[{route}]  {row['id']}: {row['question']}{expected}")
         print("-" * 100)
         _print_result(result)
         print()
@@ -148,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", default="data/kb")
     p.add_argument("--queries", default="data/kb_queries.jsonl")
     thresholds(p)
+    p.add_argument("--ids", type=lambda text: [i.strip() for i in text.split(",") if i.strip()],
+                   help="comma-separated question ids to show (default: one question per route)")
     p.set_defaults(func=cmd_demo)
 
     try:
