@@ -106,15 +106,15 @@ def pick_demo(lab: Any, queries: Sequence[dict[str, Any]]) -> list[tuple[str, di
 
 def cmd_demo(args: argparse.Namespace) -> int:
     queries = load_queries(args.queries)  # before the seconds the model and the index take to load
+    by_id = {row["id"]: row for row in queries}
+    missing = [i for i in args.ids or [] if i not in by_id]
+    if missing:
+        raise ValueError(f"{args.queries}: no question with id {', '.join(missing)}")
     lab = _lab(args)
     report = dict(lab.kb.build_report or {}) if lab.kb is not None else {}
     print(f"Knowledge base {args.kb}: {report.get('files_total', '?')} files, {report.get('chunks_total', '?')} chunks "
           f"({report.get('chunks_embedded', 0)} embedded now, {report.get('chunks_reused', 0)} reused)\n")
     if args.ids:
-        by_id = {row["id"]: row for row in queries}
-        missing = [i for i in args.ids if i not in by_id]
-        if missing:
-            raise ValueError(f"{args.queries}: no question with id {', '.join(missing)}")
         shown = [(lab.ask(by_id[i]["question"]), by_id[i]) for i in args.ids]
         picked = [(result.route, row, result) for result, row in shown]
     else:
