@@ -37,12 +37,14 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
-# The runs behind docs/evaluation.md: the KB set, then the shared benchmark sets when they are there.
+# The runs behind docs/evaluation.md: the KB tuning and test splits, then the shared benchmark sets when they are there.
 DATASETS ?= ../shared/datasets
 EVAL_LIMIT ?= 100
 eval: $(STAMP)
 	$(BIN)/crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json \
 		--markdown docs/eval/kb_queries.md --save-runs .cache/eval/runs --no-progress
+	$(BIN)/crag-lab eval --dataset data/kb_queries_test.jsonl --kb data/kb --mode knowledge_base --mode naive_rag \
+		--json docs/eval/kb_queries_test.json --markdown docs/eval/kb_queries_test.md --no-progress
 	@for ds in hotpotqa_distractor_dev250 squad2_dev250; do \
 		if [ -d $(DATASETS)/$$ds ]; then \
 			$(BIN)/crag-lab eval --dataset $(DATASETS)/$$ds --limit $(EVAL_LIMIT) --json docs/eval/$$ds.json \
