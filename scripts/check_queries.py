@@ -32,7 +32,7 @@ FIELDS: tuple[str, ...] = ("id", "question", "complexity", "answerable", "answer
 COMPLEXITIES: tuple[str, ...] = ("chitchat", "simple", "complex")
 TOOLS: frozenset[str] = frozenset({"vector_search", "keyword_search", "grep", "read_file", "jira_fetch"})
 REF = re.compile(r"^(?P<path>[^:]+):L(?P<start>\d+)-L(?P<end>\d+)$")
-ID = re.compile(r"^t\d{3,}$")
+ID = re.compile(r"^[a-z]\d{3,}$")
 
 
 def read_lines(path: Path, cache: dict[Path, list[str]]) -> list[str]:
@@ -92,7 +92,7 @@ def check_row(row: Any, kb: Path, cache: dict[Path, list[str]]) -> list[str]:
     if problems:
         return problems
     if not ID.match(row["id"]):
-        problems.append(f"id {row['id']!r} is not of the form t001")
+        problems.append(f"id {row['id']!r} is not a letter and three or more digits (a001, t001)")
     if not row["question"].strip():
         problems.append("empty question")
     if row["complexity"] not in COMPLEXITIES:
