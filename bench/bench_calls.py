@@ -45,13 +45,15 @@ QUALITY = ("answer_containment", "abstention_rate", "false_abstention_rate", "ci
 
 
 def usage_numbers(record: Mapping[str, Any]) -> dict[str, int]:
+    from crag_lab.records import usage_tokens
+
     usage = record.get("usage", [])
     grade = [u for u in usage if u.get("task") == "grade"]
     return {
         "calls": len(usage),
-        "tokens": sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
+        "tokens": usage_tokens(usage),
         "grader_calls": len(grade),
-        "grader_tokens": sum(u["prompt_tokens"] + u["completion_tokens"] for u in grade),
+        "grader_tokens": usage_tokens(grade),
     }
 
 
@@ -157,7 +159,7 @@ def reuse_flag(parser: argparse.ArgumentParser) -> None:
 
 def prefix_records(path: str | None, rows: Sequence[Mapping[str, Any]], config: Any) -> tuple[list[Any], float]:
     """Records of an earlier run of the first ``rows`` at ``config`` (same ids, same config), else none."""
-    from crag_lab.experiment import Experiment
+    from crag_lab.replay import Experiment
 
     if not path or not Path(path).is_file():
         return [], 0.0
@@ -228,7 +230,7 @@ def run_in_workers(plans: Sequence[Sequence[tuple[str, int, int]]], args: argpar
     """Run each plan in its own process at once (one torch thread each); merge the slices per mode."""
     import subprocess
 
-    from crag_lab.experiment import Experiment
+    from crag_lab.replay import Experiment
 
     folder = RUNS / "parts"
     folder.mkdir(parents=True, exist_ok=True)
@@ -263,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__.splitlines()[0], argv, reuse_flag)
     from crag_lab.eval import COMPARED_MODES, Evaluation, load_kb_queries
     from crag_lab.eval.datasets import EvalSet
-    from crag_lab.experiment import Experiment
+    from crag_lab.replay import Experiment
 
     started = time.perf_counter()
     dataset = load_kb_queries(QUERIES, kb=KB)

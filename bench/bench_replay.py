@@ -39,7 +39,7 @@ CHANGES: dict[str, dict[str, Any]] = {
 
 
 def recorded_run(quick: bool) -> Any:
-    from crag_lab.experiment import Experiment
+    from crag_lab.replay import Experiment
 
     for name in ("knowledge_base.jsonl", "knowledge_base-quick.jsonl"):
         if (RUNS / name).is_file():
@@ -56,7 +56,7 @@ def recorded_run(quick: bool) -> Any:
 
 def replicate(exp: Any, rounds: int) -> Any:
     """Copies of the records that have grading rounds (new ids) until they hold ``rounds`` rounds."""
-    from crag_lab.experiment import Experiment
+    from crag_lab.replay import Experiment
 
     source = [r for r in exp.records if r.get("rounds")]
     if not source:

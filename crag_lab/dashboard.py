@@ -20,7 +20,7 @@ import json
 import re
 import traceback
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ipywidgets as widgets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -30,10 +30,13 @@ from pydantic import ValidationError
 from crag_lab import plots
 from crag_lab.config import CragConfig
 from crag_lab.parsing import strip_stats_blocks
+from crag_lab.records import QueryRecord
+from crag_lab.result import AskResult
 
 if TYPE_CHECKING:
-    from crag_lab.experiment import Experiment, QueryReplay, ReplayReport
-    from crag_lab.lab import AskResult, Lab
+    from langgraph.graph.state import CompiledStateGraph
+
+    from crag_lab.replay import Experiment, QueryReplay, ReplayReport
 
 FLOAT_CONTROLS = ("relevance_floor", "generate_threshold", "vector_score_threshold")
 INT_CONTROLS = {"auto_approve_max_items": (0, 10), "max_iterations": (1, 6)}
@@ -42,14 +45,23 @@ CONTROLS = (*FLOAT_CONTROLS, *INT_CONTROLS, *BOOL_CONTROLS)
 _COUNTS_RE = re.compile(r'class="crag-route-counts"[^>]*data-counts="([^"]*)"')
 
 
+class Rerunner(Protocol):
+    """What the dashboard needs of a `crag_lab.Lab`: the graph to draw, and one query run for real."""
+
+    def graph(self) -> CompiledStateGraph: ...
+
+    def rerun(self, query: str, config: CragConfig) -> AskResult: ...
+
+
 class Dashboard:
     """Sliders for the thresholds, linked plots, totals, the flipped queries and a re-run button.
 
-    ``lab`` runs the "Re-run" button and draws the graph; it may be None for a loaded experiment
-    (the button is then disabled). Every slider change calls ``exp.replay(config)`` once.
+    ``lab`` (a `crag_lab.Lab`) runs the "Re-run" button and draws the graph; it may be None for a
+    loaded experiment (the button is then disabled). Every slider change calls ``exp.replay(config)``
+    once.
     """
 
-    def __init__(self, lab: Lab | None, exp: Experiment, *, figsize: tuple[float, float] = (12.0, 6.5),
+    def __init__(self, lab: Rerunner | None, exp: Experiment, *, figsize: tuple[float, float] = (12.0, 6.5),
                  dpi: int = 80) -> None:
         self.lab = lab
         self.exp = exp
@@ -397,7 +409,7 @@ def _query_label(q: QueryReplay) -> str:
     return label
 
 
-def _trace_html(record: Mapping[str, Any], replayed: QueryReplay) -> str:
+def _trace_html(record: QueryRecord, replayed: QueryReplay) -> str:
     """The recorded path, every grading round with its scores, the answer, and what replay says."""
     esc = html.escape
     rows = []
@@ -437,4 +449,4 @@ def _rerun_html(result: AskResult, config: CragConfig) -> str:
     )
 
 
-__all__ = ["CONTROLS", "Dashboard"]
+__all__ = ["CONTROLS", "Dashboard", "Rerunner"]

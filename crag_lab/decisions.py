@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from crag_lab.state import Action
+from crag_lab.records import Action, Rule
 
-Rule = Literal["read_file", "few_context", "high_vector_score"]
 PREFILTER_RULES: tuple[Rule, ...] = ("read_file", "few_context", "high_vector_score")
 PARSE_FAILURE_SCORE = 0.5
 # Aggregates are compared with this tolerance, so that the mean of [0.7, 0.7, 0.7]
@@ -162,6 +161,7 @@ def capped(iteration: int, max_iterations: int) -> bool:
 
 
 # Routers: which node follows. Each is a pure function of plain values; graph.py adapts them.
+# Their return types name nodes (`crag_lab.records.NodeName`), written out so LangGraph can read them.
 
 AfterAnalyze = Literal["plan", "synthesize"]
 AfterTools = Literal["grade_evidence", "synthesize"]

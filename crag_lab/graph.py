@@ -16,17 +16,13 @@ from crag_lab._text import check_history, check_question
 from crag_lab.audit import JsonlSink
 from crag_lab.config import CragConfig
 from crag_lab.models import CragModel
+from crag_lab.nodes import analyze, grade, plan, synthesize, tool_exec
 from crag_lab.nodes._deps import Deps
-from crag_lab.nodes.analyze import make_analyze
-from crag_lab.nodes.grade import make_grade
-from crag_lab.nodes.plan import make_plan
-from crag_lab.nodes.synthesize import make_synthesize
-from crag_lab.nodes.tool_exec import make_tool_exec
-from crag_lab.state import AgentState, Mode
+from crag_lab.records import Mode
+from crag_lab.state import AgentState
 from crag_lab.tools import Tool, ToolRegistry
 
 MODES: tuple[Mode, ...] = ("knowledge_base", "normal", "naive_rag")
-NODES = ("analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize")
 
 
 def after_analyze(state: AgentState) -> decisions.AfterAnalyze:
@@ -72,24 +68,24 @@ def build_graph(
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     deps = Deps(model=model, tools=registry, config=config, sink=audit_sink, shadow_grading=shadow_grading)
     graph = StateGraph(AgentState)
-    graph.add_node("synthesize", make_synthesize(deps))
-    graph.add_edge("synthesize", END)
+    graph.add_node(synthesize.NODE, synthesize.make_synthesize(deps))
+    graph.add_edge(synthesize.NODE, END)
     if mode == "normal":
-        graph.add_edge(START, "synthesize")
+        graph.add_edge(START, synthesize.NODE)
         return graph.compile(name="crag_normal")
-    graph.add_node("tool_exec", make_tool_exec(deps))
+    graph.add_node(tool_exec.NODE, tool_exec.make_tool_exec(deps))
     if mode == "naive_rag":
-        graph.add_edge(START, "tool_exec")
-        graph.add_edge("tool_exec", "synthesize")
+        graph.add_edge(START, tool_exec.NODE)
+        graph.add_edge(tool_exec.NODE, synthesize.NODE)
         return graph.compile(name="crag_naive_rag")
-    graph.add_node("analyze_and_route", make_analyze(deps))
-    graph.add_node("plan", make_plan(deps))
-    graph.add_node("grade_evidence", make_grade(deps))
-    graph.add_edge(START, "analyze_and_route")
-    graph.add_conditional_edges("analyze_and_route", after_analyze)
-    graph.add_edge("plan", "tool_exec")
-    graph.add_conditional_edges("tool_exec", after_tools)
-    graph.add_conditional_edges("grade_evidence", make_after_grade(config.max_iterations))
+    graph.add_node(analyze.NODE, analyze.make_analyze(deps))
+    graph.add_node(plan.NODE, plan.make_plan(deps))
+    graph.add_node(grade.NODE, grade.make_grade(deps))
+    graph.add_edge(START, analyze.NODE)
+    graph.add_conditional_edges(analyze.NODE, after_analyze)
+    graph.add_edge(plan.NODE, tool_exec.NODE)
+    graph.add_conditional_edges(tool_exec.NODE, after_tools)
+    graph.add_conditional_edges(grade.NODE, make_after_grade(config.max_iterations))
     return graph.compile(name="crag_knowledge_base")
 
 

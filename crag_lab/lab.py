@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from crag_lab._text import check_history, check_question, check_questions
 from crag_lab.audit import JsonlSink
 from crag_lab.config import CragConfig
 from crag_lab.graph import MODES, build_graph, initial_state
 from crag_lab.models import CragModel, as_model
-from crag_lab.state import Mode
+from crag_lab.records import Mode, QueryRecord, QueryRow, query_rows
+from crag_lab.replay import Experiment
+from crag_lab.result import AskResult
+from crag_lab.state import AgentState
 from crag_lab.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -21,70 +23,9 @@ if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from crag_lab.dashboard import Dashboard
-    from crag_lab.experiment import Experiment
     from crag_lab.kb import KnowledgeBase
 
-
-@dataclass(frozen=True)
-class AskResult:
-    """One answered question: the final text and everything needed to see how it was reached."""
-
-    query: str
-    mode: str
-    answer: str
-    state: dict[str, Any] = field(repr=False)
-    latency_ms: float = field(default=0.0, compare=False)
-    node_ms: tuple[tuple[str, float], ...] = field(default=(), repr=False, compare=False)
-
-    @property
-    def path(self) -> list[str]:
-        """Node names in the order they ran."""
-        return list(self.state.get("path", []))
-
-    @property
-    def audit(self) -> list[dict[str, Any]]:
-        """Every ``log_audit`` event of this run."""
-        return list(self.state.get("audit", []))
-
-    @property
-    def usage(self) -> list[dict[str, Any]]:
-        return list(self.state.get("usage", []))
-
-    @property
-    def llm_calls(self) -> int:
-        return len(self.state.get("usage", []))
-
-    @property
-    def tokens(self) -> int:
-        return sum(u["prompt_tokens"] + u["completion_tokens"] for u in self.state.get("usage", []))
-
-    @property
-    def citations(self) -> list[dict[str, Any]]:
-        return list(self.state.get("citations", []))
-
-    @property
-    def complexity(self) -> str | None:
-        return (self.state.get("routing_plan") or {}).get("complexity")
-
-    @property
-    def grader_action(self) -> str | None:
-        return self.state.get("grader_action")
-
-    @property
-    def route(self) -> str:
-        """A one-word summary: chitchat, simple, GENERATE, REFINE, RE_RETRIEVE, capped or a mode."""
-        if self.mode != "knowledge_base":
-            return self.mode
-        if self.complexity in ("chitchat", "simple"):
-            return str(self.complexity)
-        rounds = self.state.get("rounds", [])
-        if rounds and rounds[-1]["capped"] and rounds[-1]["action"] != "GENERATE":
-            return "capped"
-        return str(self.grader_action or "complex")
-
-    def _repr_markdown_(self) -> str:
-        trail = " → ".join(self.path)
-        return f"**Q:** {self.query}\n\n{self.answer}\n\n<sub>path: {trail}</sub>"
+__all__ = ["AskResult", "Lab"]
 
 
 class Lab:
@@ -113,10 +54,9 @@ class Lab:
         self.config = config or CragConfig()
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.kb = kb
-        self.model: CragModel = as_model(llm, offline_factory=lambda: OfflineModel(embed_model))
+        self.model: CragModel = as_model(llm, offline_factory=lambda: OfflineModel(embed_model, kb=kb))
         self.audit_sink = JsonlSink(audit_path) if audit_path else None
-        self._graphs: dict[tuple[str, CragConfig, bool], CompiledStateGraph] = {}
-        self._shadow = False
+        self._graphs: dict[tuple[Mode, CragConfig, bool], CompiledStateGraph] = {}
 
     @classmethod
     def from_directory(
@@ -131,8 +71,23 @@ class Lab:
     ) -> Lab:
         """Index ``path`` (only files that changed since the last build are embedded) and wrap it.
 
-        Remote connectors (jira_fetch, confluence_fetch, web_fetch) join the tool set only when
-        their environment is configured; ``remote=False`` leaves them out regardless.
+        Parameters
+        ----------
+        path
+            The knowledge-base folder (Markdown and text files). A missing or empty folder fails at
+            once, before the embedding model loads.
+        config
+            The agent's thresholds and limits; default ``CragConfig()`` (arguments > environment >
+            ``.env`` > defaults).
+        llm
+            Any LlamaIndex LLM or `crag_lab.models.CragModel`; None uses the deterministic offline model.
+        cache_dir
+            Where the index lives; default ``<path>/.crag_index/``.
+        remote
+            Remote connectors (jira_fetch, confluence_fetch, web_fetch) join the tool set only when
+            their environment is configured; ``remote=False`` leaves them out regardless.
+        audit_path
+            A JSONL file every audit event is appended to as it happens; default none.
         """
         from crag_lab.embeddings import default_embed_model
         from crag_lab.kb import KnowledgeBase
@@ -150,13 +105,14 @@ class Lab:
             tools += configured_remote_tools()
         return cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path)
 
-    def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None) -> CompiledStateGraph:
-        """The compiled graph for a mode and config (built once, then reused)."""
+    def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None, *,
+              shadow_grading: bool = False) -> CompiledStateGraph:
+        """The compiled graph for a mode, config and shadow-grading flag (built once, then reused)."""
         config = config or self.config
-        key = (mode, config, self._shadow)
+        key = (mode, config, shadow_grading)
         if key not in self._graphs:
             self._graphs[key] = build_graph(self.model, self.tools, config, mode=mode, audit_sink=self.audit_sink,
-                                            shadow_grading=self._shadow)
+                                            shadow_grading=shadow_grading)
         return self._graphs[key]
 
     def _check_mode(self, mode: str) -> Mode:
@@ -171,21 +127,35 @@ class Lab:
         mode: Mode = "knowledge_base",
         *,
         config: CragConfig | None = None,
+        shadow_grading: bool = False,
     ) -> AskResult:
         """Answer one question; the result carries the answer, path, audit trail and usage.
 
-        ``query`` must be a non-empty ``str`` of valid text: anything else raises ``TypeError`` or
-        ``InvalidQuestionError`` (a ``ValueError``) before any model call.
+        Parameters
+        ----------
+        query
+            The question: a non-empty ``str`` of valid text. Anything else raises ``TypeError`` or
+            ``InvalidQuestionError`` (a ``ValueError``) before any model call.
+        history
+            Earlier turns, ``[{"role": "user" | "assistant", "content": ...}]``; default none.
+        mode
+            ``"knowledge_base"`` (the corrective graph), ``"normal"`` (the model alone) or
+            ``"naive_rag"`` (top-k vector_search, no grading).
+        config
+            Another config for this question only; default the lab's.
+        shadow_grading
+            Also grade the rounds the pre-filter skipped and record those grades for replay
+            (``state["rounds"][k]["shadow"]``); they decide nothing and are not counted as calls.
         """
         query = check_question(query)
         history = check_history(history)
         mode = self._check_mode(mode)
         config = config or self.config
-        graph = self.graph(mode, config)
+        graph = self.graph(mode, config, shadow_grading=shadow_grading)
         start = time.perf_counter()
         last = start
         node_ms: list[tuple[str, float]] = []
-        state: dict[str, Any] = {}
+        state: AgentState = {}
         # stream_mode="updates" names the node behind each update: per-node wall time for free.
         for kind, chunk in graph.stream(
             initial_state(query, mode=mode, history=history, top_k=config.top_k),
@@ -196,10 +166,9 @@ class Lab:
                 now = time.perf_counter()
                 node_ms.extend((node, (now - last) * 1000) for node in chunk)
                 last = now
-            else:
-                state = dict(chunk)  # type: ignore[arg-type]
-        return AskResult(query, mode, state["answer"], dict(state), (time.perf_counter() - start) * 1000,
-                         tuple(node_ms))
+            elif isinstance(chunk, dict):  # "values": the whole state after each step
+                state = cast(AgentState, dict(chunk))
+        return AskResult(query, mode, state["answer"], state, (time.perf_counter() - start) * 1000, tuple(node_ms))
 
     def run(
         self,
@@ -212,30 +181,33 @@ class Lab:
     ) -> Experiment:
         """Run a query set and record everything replay and the dashboard need.
 
-        ``queries`` are strings or dicts with ``question`` (and ``id`` and labels such as ``gold``,
-        as in ``data/kb_queries.jsonl``). With ``shadow_grading`` the grader also scores rounds the
-        pre-filter skipped, kept apart from the run's own calls, so that replay can tell what would
-        happen if a rule stopped firing.
+        Parameters
+        ----------
+        queries
+            Strings, or dicts with ``question`` (and ``id`` and labels such as ``gold``, as in
+            ``data/kb_queries.jsonl``); every question is checked before anything runs
+            (`crag_lab.records.query_rows`).
+        config
+            The config to run at; default the lab's. It is recorded with the experiment.
+        mode
+            The graph mode, as in `ask`.
+        shadow_grading
+            The grader also scores rounds the pre-filter skipped, kept apart from the run's own
+            calls, so that replay can tell what would happen if a rule stopped firing.
+        progress
+            Show a tqdm progress bar.
         """
-        from crag_lab.experiment import Experiment, make_record, query_rows
-
         config = config or self.config
         rows = query_rows(queries)
-        saved = self._shadow
-        self._shadow = shadow_grading
-        try:
-            iterator: Iterable[dict[str, Any]] = rows
-            if progress:
-                from tqdm.auto import tqdm
+        iterator: Iterable[QueryRow] = rows
+        if progress:
+            from tqdm.auto import tqdm
 
-                iterator = tqdm(rows, desc="queries", unit="q")
-            records = []
-            for row in iterator:
-                result = self.ask(row["question"], mode=mode, config=config)
-                records.append(make_record(row["id"], row["question"], result.state, labels=row["labels"],
-                                           node_ms=result.node_ms, latency_ms=result.latency_ms))
-        finally:
-            self._shadow = saved
+            iterator = tqdm(rows, desc="queries", unit="q")
+        records: list[QueryRecord] = []
+        for row in iterator:
+            result = self.ask(row["question"], mode=mode, config=config, shadow_grading=shadow_grading)
+            records.append(result.to_record(row["id"], labels=row["labels"]))
         return Experiment(config, records, {"model": self.model.name, "mode": mode, "shadow_grading": shadow_grading,
                                             "tools": list(self.tools)})
 
@@ -266,7 +238,8 @@ class Lab:
             {"recursion_limit": config.recursion_limit, "max_concurrency": concurrency},
         )
         per_query = (time.perf_counter() - start) * 1000 / max(len(queries), 1)
-        return [AskResult(q, mode, s["answer"], dict(s), per_query) for q, s in zip(queries, states, strict=True)]
+        return [AskResult(q, mode, s["answer"], cast(AgentState, dict(s)), per_query)
+                for q, s in zip(queries, states, strict=True)]
 
     def mermaid(self, mode: Mode = "knowledge_base", highlight: Sequence[str] | None = None) -> str:
         """The graph as Mermaid text (rendered offline by JupyterLab), optionally with a path highlighted."""
@@ -284,11 +257,3 @@ class Lab:
         kb = f"kb={str(self.kb.root)!r}, " if self.kb is not None else ""
         return f"Lab({kb}model={self.model.name!r}, tools={list(self.tools)}, config={self.config!r})"
 
-
-def results_table(results: Sequence[AskResult]) -> list[Mapping[str, Any]]:
-    """One plain row per result, for a DataFrame."""
-    return [
-        {"query": r.query, "route": r.route, "path": " → ".join(r.path), "llm_calls": r.llm_calls,
-         "tokens": r.tokens, "cited": len(r.citations)}
-        for r in results
-    ]

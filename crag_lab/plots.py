@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Text
 
     from crag_lab.eval.metrics import CalibrationBin
-    from crag_lab.experiment import Experiment, ReplayReport
+    from crag_lab.replay import Experiment, ReplayReport
 
 ROUTES = ("chitchat", "simple", "GENERATE", "REFINE", "RE_RETRIEVE")
 SEGMENTS = ("answered", "capped", "needs_rerun")

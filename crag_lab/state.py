@@ -1,13 +1,26 @@
-"""The graph's state. Nodes return only the keys they change; append-only keys carry reducers."""
+"""The graph's state. Nodes return only the keys they change; append-only keys carry reducers.
+
+What the state records about a run (rounds, usage, tool calls, the routing plan) is declared in
+`crag_lab.records`, the types every analysis reads.
+"""
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, TypedDict
 
-Action = Literal["GENERATE", "REFINE", "RE_RETRIEVE"]
-Complexity = Literal["chitchat", "simple", "complex"]
-Mode = Literal["knowledge_base", "normal", "naive_rag"]
+from crag_lab.records import (
+    Action,
+    Complexity,
+    Mode,
+    NodeName,
+    RoundRecord,
+    RoutingPlan,
+    ToolCall,
+    UsageRecord,
+)
+
+__all__ = ["Action", "AgentState", "Complexity", "EvidenceItem", "Mode", "RoutingPlan", "ToolCall", "UsageRecord"]
 
 
 class EvidenceItem(TypedDict, total=False):
@@ -30,39 +43,6 @@ class EvidenceItem(TypedDict, total=False):
     round: int
 
 
-class ToolCall(TypedDict, total=False):
-    """One entry of ``AgentState.tool_history``."""
-
-    tool: str
-    args: dict[str, Any]
-    round: int
-    ok: bool
-    error: str | None
-    item_ids: list[str]
-    scores: list[float | None]
-
-
-class RoutingPlan(TypedDict, total=False):
-    query_type: str
-    complexity: Complexity | None
-    sub_questions: list[str]
-    suggested_tools: list[str]
-    grep_keywords: list[str]
-    parsed: bool
-    classified: bool
-
-
-class UsageRecord(TypedDict):
-    node: str
-    task: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms: float
-    ok: bool
-    attempts: int
-    iteration: int  # grading rounds completed when the call was made
-
-
 class AgentState(TypedDict, total=False):
     """State of one question through the graph."""
 
@@ -83,5 +63,5 @@ class AgentState(TypedDict, total=False):
     tool_history: Annotated[list[ToolCall], operator.add]
     usage: Annotated[list[UsageRecord], operator.add]
     audit: Annotated[list[dict[str, Any]], operator.add]
-    path: Annotated[list[str], operator.add]
-    rounds: Annotated[list[dict[str, Any]], operator.add]
+    path: Annotated[list[NodeName], operator.add]
+    rounds: Annotated[list[RoundRecord], operator.add]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crag_lab import CragConfig, Lab
-from crag_lab.experiment import Experiment
+from crag_lab.replay import Experiment
 from crag_lab.testing import ScriptedLLM, StaticTool
 
 COMPLEX = '{"complexity": "complex", "suggested_tools": ["vector_search"]}'

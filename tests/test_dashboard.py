@@ -6,7 +6,7 @@ import pytest
 from _experiments import COMPLEX, mixed_experiment, scripted_lab
 
 from crag_lab.dashboard import CONTROLS, Dashboard
-from crag_lab.experiment import Experiment
+from crag_lab.replay import Experiment
 from crag_lab.testing import ScriptedLLM
 
 

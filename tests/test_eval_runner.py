@@ -12,8 +12,8 @@ import pytest
 from crag_lab import CragConfig, Lab, ModelReply
 from crag_lab.eval import EvalQuery, EvalSet, Evaluation, GoldRef, evaluate, mode_setup
 from crag_lab.eval.cli import add_eval_parser
-from crag_lab.experiment import Experiment
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
+from crag_lab.replay import Experiment
 from crag_lab.testing import StaticTool
 
 ITEMS = [

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crag_lab import CragConfig, Lab
-from crag_lab.experiment import ENGINES, Engine, Experiment, replay_record
+from crag_lab.replay import ENGINES, Engine, Experiment, replay_record
 from crag_lab.testing import ScriptedLLM, StaticTool
 
 COMPLEX = '{"complexity": "complex", "suggested_tools": ["vector_search"]}'

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from crag_lab.experiment import Experiment
+from crag_lab.replay import Experiment
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from crag_lab import plots
-from crag_lab.experiment import Experiment
+from crag_lab.replay import Experiment
 
 
 @pytest.fixture(scope="module")

@@ -481,7 +481,7 @@ def test_odd_strings_a_failed_save_removes_its_temporary_file_and_keeps_the_old_
     exp = scripted_lab().run(["Which port?", "And the admin port?"])
     path = exp.save(tmp_path / "exp.jsonl")
     before = path.read_bytes()
-    import crag_lab.experiment
+    import crag_lab.records
 
     calls = iter(range(100))
 
@@ -490,7 +490,7 @@ def test_odd_strings_a_failed_save_removes_its_temporary_file_and_keeps_the_old_
             raise OSError(errno.ENOSPC, "No space left on device")
         return json_line(value, **options)
 
-    monkeypatch.setattr(crag_lab.experiment, "json_line", failing)
+    monkeypatch.setattr(crag_lab.records, "json_line", failing)
     with pytest.raises(OSError, match="No space left"):
         exp.save(path)
     assert path.read_bytes() == before

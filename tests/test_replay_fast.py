@@ -1,4 +1,4 @@
-"""The vectorised replay (`crag_lab._replay`, the default engine) equals the scalar reference, field for field."""
+"""The vectorised replay (`crag_lab.replay._vectorised`, the default engine) equals the scalar reference, field for field."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crag_lab import CragConfig, decisions
-from crag_lab.experiment import Experiment, ReplayReport
+from crag_lab.replay import Experiment, ReplayReport
 
 RECORDINGS = sorted((Path(__file__).resolve().parents[1] / "notebooks" / "recordings").glob("*.jsonl"))
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from crag_lab.eval.datasets import EvalSet
 from crag_lab.eval.metrics import LOSS_STAGES
 
-if TYPE_CHECKING:
-    from crag_lab.eval.runner import Evaluation
+
+class Scored(Protocol):
+    """What the report reads of an `crag_lab.eval.Evaluation`: its dataset and the metrics it computes."""
+
+    dataset: EvalSet
+
+    @property
+    def modes(self) -> list[str]: ...
+
+    def metrics(self, mode: str | None = None, *, by: str | None = None) -> dict[str, Any]: ...
+
+    def confusion(self, mode: str = "knowledge_base") -> dict[str, dict[str, int]] | None: ...
+
+    def loss_stages(self, mode: str | None = None) -> dict[str, int]: ...
 
 REPORT_ROWS: tuple[tuple[str, str], ...] = (
     ("n_queries", "queries"),
@@ -73,7 +86,7 @@ def _cell(metrics: Mapping[str, Any], key: str) -> str:
     return fmt(metrics.get(key), key)
 
 
-def render_markdown(ev: Evaluation, *, command: str | None = None, title: str | None = None) -> str:
+def render_markdown(ev: Scored, *, command: str | None = None, title: str | None = None) -> str:
     """The report: headline metrics by mode, per-route tables, fast paths and the routing confusion."""
     ds = ev.dataset
     modes = ev.modes

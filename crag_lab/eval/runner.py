@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from crag_lab.config import CragConfig
 from crag_lab.eval import metrics as m
 from crag_lab.eval.datasets import EvalQuery, EvalSet
-from crag_lab.experiment import Experiment
-from crag_lab.state import Mode
+from crag_lab.eval.report import render_markdown
+from crag_lab.records import Mode, QueryRecord, round_grades, run_route, usage_tokens
+from crag_lab.replay import Experiment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,20 +57,6 @@ def mode_setup(mode: str, config: CragConfig) -> tuple[Mode, CragConfig]:
 # ---- records -> tidy rows ------------------------------------------------------------------------
 
 
-def record_route(record: Mapping[str, Any]) -> str:
-    """What `AskResult.route` says, from a saved record: chitchat, simple, an action, capped or the mode."""
-    if record.get("mode") != "knowledge_base":
-        return str(record.get("mode"))
-    if record.get("complexity") in ("chitchat", "simple"):
-        return str(record["complexity"])
-    rounds = record.get("rounds", [])
-    if not rounds:
-        return "complex"
-    if rounds[-1]["capped"] and rounds[-1]["action"] != "GENERATE":
-        return "capped"
-    return str(rounds[-1]["action"])
-
-
 def _item_label(query: EvalQuery, path: str | None, line: int | None, line_end: int | None) -> bool | None:
     """Gold or not; None for an answerable, non-chitchat question that lists no gold location."""
     if query.gold:
@@ -79,11 +66,7 @@ def _item_label(query: EvalQuery, path: str | None, line: int | None, line_end: 
     return None
 
 
-def _usage_tokens(usage: Sequence[Mapping[str, Any]]) -> int:
-    return sum(int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0)) for u in usage)
-
-
-def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bool) -> dict[str, Any]:
+def query_row(mode: str, record: QueryRecord, query: EvalQuery, routed: bool) -> dict[str, Any]:
     """One tidy row: labels, what the run did, and the per-query metrics."""
     answer = str(record.get("answer", ""))
     abstained = m.is_abstention(answer)
@@ -110,7 +93,7 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
         "question": query.question,
         "complexity": query.complexity,
         "predicted": record.get("complexity") if routed else None,
-        "route": record_route(record),
+        "route": run_route(record),
         "answerable": query.answerable,
         "abstained": abstained,
         "contained": contained,
@@ -123,7 +106,7 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
         "retrieval_recall": retrieval_recall,
         "calls": len(usage),
         "grader_calls": sum(1 for u in usage if u.get("task") == "grade"),
-        "tokens": _usage_tokens(usage),
+        "tokens": usage_tokens(usage),
         "latency_ms": float(record.get("latency_ms", 0.0)),
         "model_latency_ms": sum(float(u.get("latency_ms", 0.0)) for u in usage),
         "rounds": len(rounds),
@@ -133,17 +116,16 @@ def query_row(mode: str, record: Mapping[str, Any], query: EvalQuery, routed: bo
     }
 
 
-def item_rows(mode: str, record: Mapping[str, Any], query: EvalQuery, floor: float) -> list[dict[str, Any]]:
+def item_rows(mode: str, record: QueryRecord, query: EvalQuery, floor: float) -> list[dict[str, Any]]:
     """One row per item the grader scored (its first grading; shadow grades of skipped rounds included)."""
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
+    route = run_route(record)
     for rnd in record.get("rounds", []):
-        if rnd.get("rule") is None:
-            scores, source = [i["grader_score"] for i in rnd["items"]], "grader"
-        elif rnd.get("shadow"):
-            scores, source = list(rnd["shadow"]["scores"]), "shadow"
-        else:
+        grades = round_grades(rnd)
+        if grades is None:
             continue
+        scores, source = grades
         for item, score in zip(rnd["items"], scores, strict=False):
             if item["id"] in seen:
                 continue
@@ -152,7 +134,7 @@ def item_rows(mode: str, record: Mapping[str, Any], query: EvalQuery, floor: flo
             loc = m.location_of(item["id"])
             if loc[0] == path:
                 line_end = loc[2]
-            rows.append({"mode": mode, "query_id": query.id, "route": record_route(record),
+            rows.append({"mode": mode, "query_id": query.id, "route": route,
                          "complexity": query.complexity, "item_id": item["id"], "path": path, "line": line,
                          "line_end": line_end, "tool": item.get("tool"), "round": rnd["iteration"],
                          "score": float(score), "source": source, "kept": float(score) >= floor,
@@ -160,8 +142,9 @@ def item_rows(mode: str, record: Mapping[str, Any], query: EvalQuery, floor: flo
     return rows
 
 
-def round_rows(mode: str, record: Mapping[str, Any], query: EvalQuery) -> list[dict[str, Any]]:
-    return [{"mode": mode, "query_id": query.id, "route": record_route(record), "complexity": query.complexity,
+def round_rows(mode: str, record: QueryRecord, query: EvalQuery) -> list[dict[str, Any]]:
+    route = run_route(record)
+    return [{"mode": mode, "query_id": query.id, "route": route, "complexity": query.complexity,
              "iteration": r["iteration"], "rule": r.get("rule"), "action": r["action"], "capped": r["capped"],
              "items": len(r["items"])} for r in record.get("rounds", [])]
 
@@ -341,8 +324,6 @@ class Evaluation:
 
     def to_markdown(self, command: str | None = None) -> str:
         """A Markdown report: headline table by mode, then per-route tables and the routing confusion."""
-        from crag_lab.eval.report import render_markdown
-
         return render_markdown(self, command=command)
 
 
@@ -357,7 +338,23 @@ def evaluate(
 ) -> Evaluation:
     """Run ``dataset`` through ``lab`` once per mode and score every run against the labels.
 
-    ``config`` (default: the lab's) is the base; ``per_item_grading`` derives its own from it.
+    Parameters
+    ----------
+    lab
+        The `crag_lab.Lab` to run (its knowledge base should be the one ``dataset`` is labelled on).
+    dataset
+        A labelled query set (`crag_lab.eval.load_dataset`).
+    modes
+        Evaluation modes, each one `Lab.run` of the whole set: any of `EVAL_MODES`
+        (``knowledge_base``, ``normal``, ``naive_rag``, ``per_item_grading``).
+    config
+        The base config, default the lab's; ``per_item_grading`` derives its own from it
+        (`mode_setup`).
+    shadow_grading
+        Record the grader's scores of rounds the pre-filter skipped (see `Lab.run`), so that the
+        grader metrics see every item.
+    progress
+        Print each mode as it starts and show a progress bar.
     """
     base = config or lab.config
     experiments: dict[str, Experiment] = {}

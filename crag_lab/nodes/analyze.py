@@ -7,9 +7,10 @@ from typing import Any
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_analysis
 from crag_lab.prompts import ANALYZE, render_history
-from crag_lab.state import AgentState, RoutingPlan
+from crag_lab.records import NodeName, RoutingPlan
+from crag_lab.state import AgentState
 
-NODE = "analyze_and_route"
+NODE: NodeName = "analyze_and_route"
 # The retrieval strategies a RE_RETRIEVE cycles through, in order of preference.
 STRATEGIES = ("vector_search", "keyword_search", "grep")
 

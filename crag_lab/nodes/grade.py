@@ -17,9 +17,19 @@ from crag_lab.decisions import (
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_grades, parse_single_grade, strip_stats_blocks
 from crag_lab.prompts import GRADE, GRADE_ONE, render_passage
-from crag_lab.state import AgentState, EvidenceItem, ToolCall, UsageRecord
+from crag_lab.records import (
+    ItemRecord,
+    NodeName,
+    RoundRecord,
+    RoundThresholds,
+    ShadowGrades,
+    ToolCall,
+    UsageRecord,
+    usage_tokens,
+)
+from crag_lab.state import AgentState, EvidenceItem
 
-NODE = "grade_evidence"
+NODE: NodeName = "grade_evidence"
 
 
 def vector_scores(items: Sequence[EvidenceItem], history: Sequence[ToolCall]) -> list[float | None]:
@@ -90,7 +100,7 @@ def make_grade(deps: Deps) -> Node:
         usages: list[UsageRecord] = []
         parse_ok = True
         new_from = len(previous)
-        shadow: dict[str, Any] | None = None
+        shadow: ShadowGrades | None = None
         if rule is not None:
             decision: Decision = auto_approve(len(context), rule)
             log.log_audit("fast_path_hit", rule_name=rule, path_type="grader_prefilter", items=len(context))
@@ -99,7 +109,7 @@ def make_grade(deps: Deps) -> Node:
                 # of the run: its scores decide nothing and its usage is kept apart.
                 quiet = AuditLog(NODE)
                 fresh, shadow_usage, _ = _grade(deps, query, context[new_from:], quiet, iteration - 1)
-                shadow = {"scores": previous + fresh, "usage": shadow_usage}
+                shadow = ShadowGrades(scores=previous + fresh, usage=shadow_usage)
         else:
             fresh, usages, parse_ok = _grade(deps, query, context[new_from:], log, iteration - 1)
             decision = decide(previous + fresh, floor=cfg.relevance_floor,
@@ -114,26 +124,29 @@ def make_grade(deps: Deps) -> Node:
                           action=decision.action, items_used=len(decision.kept))
         log.log_audit("graded", action=decision.action, aggregate=decision.aggregate, kept=len(decision.kept),
                       dropped=len(decision.dropped), iteration=iteration)
-        round_record = {
-            "iteration": iteration,
-            "round_tools": round_tools,
-            "items": [
-                {"id": item["id"], "path": item.get("path"), "line": item.get("line"), "tool": item["tool"],
-                 "vector_score": vscores[i], "grader_score": decision.scores[i], "new": i >= new_from}
+        round_record = RoundRecord(
+            iteration=iteration,
+            round_tools=round_tools,
+            items=[
+                ItemRecord(id=item["id"], path=item.get("path"), line=item.get("line"), tool=item["tool"],
+                           vector_score=vscores[i], grader_score=decision.scores[i], new=i >= new_from)
                 for i, item in enumerate(context)
             ],
-            "rule": rule,
-            "parse_ok": parse_ok,
-            "grader_calls": len(usages),
-            "aggregate": decision.aggregate,
-            "action": decision.action,
-            "kept": [context[i]["id"] for i in decision.kept],
-            "dropped": [context[i]["id"] for i in decision.dropped],
-            "capped": at_cap,
-            "thresholds": cfg.thresholds() | {"aggregator": cfg.aggregator},
-            "grader_tokens": sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages),
-            "shadow": shadow,
-        }
+            rule=rule,
+            parse_ok=parse_ok,
+            grader_calls=len(usages),
+            aggregate=decision.aggregate,
+            action=decision.action,
+            kept=[context[i]["id"] for i in decision.kept],
+            dropped=[context[i]["id"] for i in decision.dropped],
+            capped=at_cap,
+            thresholds=RoundThresholds(
+                relevance_floor=cfg.relevance_floor, generate_threshold=cfg.generate_threshold,
+                vector_score_threshold=cfg.vector_score_threshold, auto_approve_max_items=cfg.auto_approve_max_items,
+                max_iterations=cfg.max_iterations, aggregator=cfg.aggregator),
+            grader_tokens=usage_tokens(usages),
+            shadow=shadow,
+        )
         return {
             "context": [context[i] for i in decision.kept],
             "evidence_scores": list(decision.scores),

@@ -9,11 +9,12 @@ from typing import Any
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import parse_plan
 from crag_lab.prompts import PLAN, cite_location, compact_json, tool_args_text
-from crag_lab.state import AgentState, RoutingPlan
+from crag_lab.records import NodeName, RoutingPlan
+from crag_lab.state import AgentState
 from crag_lab.tools import ToolError
 from crag_lab.tools._patterns import extract_args, validate_args
 
-NODE = "plan"
+NODE: NodeName = "plan"
 REMOTE_TOOLS = ("jira_fetch", "confluence_fetch", "web_fetch")
 SEARCH_TOOLS = ("vector_search", "keyword_search")
 _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:md|markdown|txt|rst))\b")

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from crag_lab.nodes._deps import Deps, Node
-from crag_lab.state import AgentState, EvidenceItem, ToolCall
+from crag_lab.records import NodeName, ToolCall
+from crag_lab.state import AgentState, EvidenceItem
 from crag_lab.tools import ToolError
 
-NODE = "tool_exec"
+NODE: NodeName = "tool_exec"
 
 
 def _as_int(value: Any) -> int | None:

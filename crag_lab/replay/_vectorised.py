@@ -1,6 +1,6 @@
 """Vectorised replay: every recorded grading round re-decided at once, with numpy.
 
-`Experiment.replay` runs this by default; `crag_lab.experiment.replay_record` is the scalar
+`Experiment.replay` runs this by default; `crag_lab.replay.scalar.replay_record` is the scalar
 reference it equals, field for field. `CompiledRounds` reads an experiment's records once (what does
 not depend on thresholds: item tools, vector and grader scores, the items kept when recorded, grader
 costs, the usage after each round); `CompiledRounds.replay` then applies the rules of
@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import math
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,52 +28,19 @@ import numpy as np
 
 from crag_lab import decisions
 from crag_lab.config import CragConfig
+from crag_lab.records import Action, QueryRecord, Rule, round_grades, usage_tokens
+from crag_lab.replay.scalar import NOTE_NO_SHADOW, grader_cost, recorded_fields
 
-ACTIONS = ("GENERATE", "REFINE", "RE_RETRIEVE")
+ACTIONS: tuple[Action, ...] = ("GENERATE", "REFINE", "RE_RETRIEVE")
 GENERATE, REFINE, RE_RETRIEVE = 0, 1, 2
-RULES: tuple[decisions.Rule | None, ...] = (None, *decisions.PREFILTER_RULES)  # code 0: no rule
-ROUTES = ("synthesize", "plan", "analyze_and_route")
+RULES: tuple[Rule | None, ...] = (None, *decisions.PREFILTER_RULES)  # code 0: no rule
+ROUTES: tuple[decisions.AfterGrade, ...] = ("synthesize", "plan", "analyze_and_route")
 SYNTHESIZE, PLAN, ANALYZE = 0, 1, 2
 # Why a round ends its query's replay (the order of the checks in `replay_record`).
 GOES_ON, NO_SCORES, SYNTHESIZES, LEAVES_RECORDING, OTHER_EVIDENCE = 0, 1, 2, 3, 4
-NOTE_NO_SHADOW = "the pre-filter skipped the grader when recorded and no shadow grades were kept"
 # A sum of n values in float64, in any order, is within n * eps * sum(|x|) of the exact one; four
 # times that (and four more terms, for the rounding of the division) bounds where a mean could land.
 _MEAN_SLACK = 4 * float(np.finfo(np.float64).eps)
-
-
-def recorded_outcome(record: Mapping[str, Any]) -> str:
-    """How the recorded run of one query ended: chitchat, simple, GENERATE, capped or other."""
-    complexity = record.get("complexity")
-    rounds = record.get("rounds", [])
-    if complexity in ("chitchat", "simple") or not rounds:
-        return str(complexity or "other")
-    last = rounds[-1]
-    if last["action"] == "GENERATE":
-        return "GENERATE"
-    return "capped" if last["capped"] else "other"
-
-
-def grader_cost(rnd: Mapping[str, Any]) -> tuple[int, int]:
-    """Calls and tokens the grader spends on this round when it is not skipped."""
-    if rnd.get("rule") is None:
-        return int(rnd.get("grader_calls", 0)), int(rnd.get("grader_tokens", 0))
-    shadow = rnd.get("shadow") or {}
-    usage = shadow.get("usage", [])
-    return len(usage), sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage)
-
-
-def recorded_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The `QueryReplay` fields that do not depend on the replayed config."""
-    rounds = list(record.get("rounds", []))
-    recorded_actions = [r["action"] for r in rounds]
-    return {
-        "id": str(record.get("id")), "query": record["query"], "complexity": record.get("complexity"),
-        "recorded_outcome": recorded_outcome(record), "recorded_actions": recorded_actions,
-        "recorded_first_action": recorded_actions[0] if recorded_actions else None,
-        "recorded_items_kept": sum(len(r["kept"]) for r in rounds),
-        "recorded_items_dropped": sum(len(r["dropped"]) for r in rounds),
-    }
 
 
 def supports(config: CragConfig) -> bool:
@@ -112,12 +79,11 @@ def _finite(scores: list[float]) -> list[float]:
     return scores
 
 
-def _read_rounds(record: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], list[float], list[bool]]:
+def _read_rounds(record: QueryRecord) -> tuple[list[tuple[Any, ...]], list[float], list[bool]]:
     """One row per round (see `CompiledRounds.__init__`), and each item's score and recorded kept flag."""
     rounds = list(record.get("rounds", []))
     usage = record.get("usage", [])
-    later_usage = [(u["node"] != "synthesize", u.get("iteration", 0), u["prompt_tokens"] + u["completion_tokens"])
-                   for u in usage]
+    later_usage = [(u["node"] != "synthesize", u.get("iteration", 0), usage_tokens([u])) for u in usage]
     rows: list[tuple[Any, ...]] = []
     scores: list[float] = []
     kept_flags: list[bool] = []
@@ -132,17 +98,13 @@ def _read_rounds(record: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], list
         if any(v is not None and not isinstance(v, (int, float)) for v in vector_scores):
             raise _Unreadable("a vector score is not a number")
         # NaN: the high_vector_score rule cannot fire (a score is missing or NaN, or there is none).
-        min_vector = (math.nan if not vector_scores or any(v is None or math.isnan(v) for v in vector_scores)
-                      else float(min(vector_scores)))
+        present = [v for v in vector_scores if v is not None and not math.isnan(v)]
+        min_vector = float(min(present)) if vector_scores and len(present) == len(vector_scores) else math.nan
         rule = rnd.get("rule")
-        if rule is None:
-            round_scores: list[float] | None = _finite([float(i["grader_score"]) for i in items])
-        elif rnd.get("shadow"):
-            round_scores = _finite([float(s) for s in rnd["shadow"]["scores"]])
-            if len(round_scores) != len(items):
-                raise _Unreadable("shadow scores do not match the items")
-        else:
-            round_scores = None
+        grades = round_grades(rnd)
+        round_scores = None if grades is None else _finite([float(s) for s in grades[0]])
+        if round_scores is not None and len(round_scores) != len(items):
+            raise _Unreadable("shadow scores do not match the items")
         if not isinstance(rnd["kept"], (list, tuple)):
             raise _Unreadable("kept is not a list of ids")
         recorded_kept = set(rnd["kept"])
@@ -172,7 +134,7 @@ class CompiledRounds:
     A record that is added, removed or swapped is noticed; one edited in place is not.
     """
 
-    def __init__(self, records: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, records: Sequence[QueryRecord]) -> None:
         self.records = tuple(records)
         self.fields: list[dict[str, Any] | None] = []  # None: replayed by the scalar reference
         rows: list[tuple[Any, ...]] = []
@@ -226,7 +188,7 @@ class CompiledRounds:
         self.last_iteration = {int(q): int(it) for q, it in zip(self.r_query[self.r_last], self.r_iteration[self.r_last],
                                                                  strict=True)}
 
-    def matches(self, records: Sequence[Mapping[str, Any]]) -> bool:
+    def matches(self, records: Sequence[QueryRecord]) -> bool:
         """True when ``records`` holds exactly the record objects this was compiled from."""
         return len(records) == len(self.records) and all(map(operator.is_, records, self.records))
 

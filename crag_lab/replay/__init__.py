@@ -1,0 +1,27 @@
+"""The replay wing: recorded experiments, re-decided at other thresholds without a model call.
+
+`Experiment` holds the records of a `Lab.run` (`crag_lab.records.QueryRecord`), saves and loads
+them, and replays them (`Experiment.replay` -> `ReplayReport` of `QueryReplay`). `replay_record`
+(`crag_lab.replay.scalar`) is the round-by-round reference; `crag_lab.replay._vectorised` the
+numpy engine that equals it and runs by default.
+
+>>> from crag_lab.replay import Experiment, ReplayReport
+"""
+
+from crag_lab.replay.experiment import ENGINES, Engine, Experiment, QueryRound
+from crag_lab.replay.report import FINAL_OUTCOMES, Outcome, QueryReplay, ReplayReport, outcome_of
+from crag_lab.replay.scalar import recorded_outcome, replay_record
+
+__all__ = [
+    "ENGINES",
+    "FINAL_OUTCOMES",
+    "Engine",
+    "Experiment",
+    "Outcome",
+    "QueryReplay",
+    "QueryRound",
+    "ReplayReport",
+    "outcome_of",
+    "recorded_outcome",
+    "replay_record",
+]

@@ -1,0 +1,114 @@
+"""`AskResult`: one answered question, with everything needed to see how it was reached.
+
+Its `AskResult.to_record` is the `crag_lab.records.QueryRecord` that `Lab.run` records and
+`Experiment.save` writes; `AskResult.route` is `crag_lab.records.run_route` of that record.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crag_lab.records import CitationRecord, Mode, QueryRecord, Route, UsageRecord, run_route, usage_tokens
+from crag_lab.state import AgentState, EvidenceItem
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """One answered question: the final text and everything needed to see how it was reached.
+
+    >>> from crag_lab.testing import ScriptedLLM
+    >>> from crag_lab.lab import Lab
+    >>> res = Lab([], llm=ScriptedLLM({"analyze": '{"complexity": "chitchat"}', "synthesize": "Hi!"})).ask("Hello")
+    >>> res.route, res.path, res.llm_calls
+    ('chitchat', ['analyze_and_route', 'synthesize'], 2)
+    >>> res.to_record("q1")["complexity"]
+    'chitchat'
+    """
+
+    query: str
+    mode: Mode
+    answer: str
+    state: AgentState = field(repr=False)
+    latency_ms: float = field(default=0.0, compare=False)
+    node_ms: tuple[tuple[str, float], ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def path(self) -> list[str]:
+        """Node names in the order they ran."""
+        return list(self.state.get("path", []))
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        """Every ``log_audit`` event of this run."""
+        return list(self.state.get("audit", []))
+
+    @property
+    def usage(self) -> list[UsageRecord]:
+        return list(self.state.get("usage", []))
+
+    @property
+    def llm_calls(self) -> int:
+        return len(self.state.get("usage", []))
+
+    @property
+    def tokens(self) -> int:
+        return usage_tokens(self.state.get("usage", []))
+
+    @property
+    def citations(self) -> list[EvidenceItem]:
+        return list(self.state.get("citations", []))
+
+    @property
+    def complexity(self) -> str | None:
+        return (self.state.get("routing_plan") or {}).get("complexity")
+
+    @property
+    def grader_action(self) -> str | None:
+        return self.state.get("grader_action")
+
+    @property
+    def route(self) -> Route:
+        """A one-word summary: chitchat, simple, GENERATE, REFINE, RE_RETRIEVE, capped, complex or a mode."""
+        return run_route(self.to_record())
+
+    def to_record(self, query_id: str = "", *, labels: Mapping[str, Any] | None = None) -> QueryRecord:
+        """This run as the JSON-ready record `Lab.run` keeps and `Experiment.save` writes."""
+        state = self.state
+        return {
+            "id": query_id,
+            "query": self.query,
+            "labels": dict(labels or {}),
+            "mode": state.get("mode", self.mode),
+            "complexity": (state.get("routing_plan") or {}).get("complexity"),
+            "routing_plan": state.get("routing_plan"),
+            "path": list(state.get("path", [])),
+            "rounds": list(state.get("rounds", [])),
+            "tool_history": list(state.get("tool_history", [])),
+            "usage": list(state.get("usage", [])),
+            "node_ms": [[n, round(ms, 3)] for n, ms in self.node_ms],
+            "latency_ms": round(self.latency_ms, 3),
+            "answer": state.get("answer", ""),
+            "citations": [_citation(c) for c in state.get("citations", [])],
+            "audit_events": Counter(e["event"] for e in state.get("audit", [])),
+        }
+
+    def _repr_markdown_(self) -> str:
+        trail = " → ".join(self.path)
+        return f"**Q:** {self.query}\n\n{self.answer}\n\n<sub>path: {trail}</sub>"
+
+
+def _citation(item: EvidenceItem) -> CitationRecord:
+    return {"id": item.get("id"), "path": item.get("path"), "line": item.get("line"),
+            "line_end": item.get("line_end"), "tool": item.get("tool")}
+
+
+def results_table(results: Sequence[AskResult]) -> list[Mapping[str, Any]]:
+    """One plain row per result, for a DataFrame."""
+    return [
+        {"query": r.query, "route": r.route, "path": " → ".join(r.path), "llm_calls": r.llm_calls,
+         "tokens": r.tokens, "cited": len(r.citations)}
+        for r in results
+    ]
