@@ -1,4 +1,4 @@
-"""Remote connectors (crag_lab/tools/remote.py) against a real HTTP server on 127.0.0.1.
+"""Remote connectors (crag_lab/tools/remote/) against a real HTTP server on 127.0.0.1.
 
 The server speaks the shapes of the real APIs (Jira REST v2 issues, Confluence content with
 body.storage) plus the awkward cases: redirect chains, a slow and a dripping endpoint, huge
@@ -24,15 +24,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from crag_lab.tools import Tool, ToolError, remote
+from crag_lab.tools import Tool, ToolError
 from crag_lab.tools.remote import (
     ConfluenceFetch,
     JiraFetch,
     RemoteSettings,
     WebFetch,
+    _address,
+    _fetch,
     configured_remote_tools,
     remote_tools,
 )
+from crag_lab.tools.remote._html import html_to_text
 
 TOKEN = "tok-SECRET-8c1f2e0d9b7a"
 EMAIL = "bot@example.org"
@@ -374,12 +377,12 @@ _HTML_BITS = ["<", ">", "</", "<!", "<![", "]]>", "<!--", "-->", "p", "pre", "li
 
 @given(st.lists(st.sampled_from(_HTML_BITS) | st.text(max_size=3), max_size=30).map("".join))
 def test_html_to_text_never_raises_on_malformed_markup(html: str) -> None:
-    title, text = remote._html_to_text(html)
+    title, text = html_to_text(html)
     assert isinstance(title, str) and isinstance(text, str)
 
 
 def test_html_to_text_reads_a_declaration_html_parser_chokes_on() -> None:
-    assert remote._html_to_text("<p>a <![< b</p>") == ("", "a <![< b")
+    assert html_to_text("<p>a <![< b</p>") == ("", "a <![< b")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,7 +478,7 @@ def test_the_connected_address_is_checked_again(server: _Server, monkeypatch: py
     """A lookup that said "public" does not vouch for the address the connection really reached."""
     public = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", server.server_port))]
     fake_socket = types.SimpleNamespace(getaddrinfo=lambda *a, **k: public, SOCK_STREAM=socket.SOCK_STREAM)
-    monkeypatch.setattr(remote, "socket", fake_socket)
+    monkeypatch.setattr(_fetch, "socket", fake_socket)
     with WebFetch(make_settings(server, allowed_hosts=[])) as tool, pytest.raises(ToolError, match="loopback"):
         tool({"url": f"{server.base}/plain.txt"})
 
@@ -510,7 +513,7 @@ def test_the_connected_address_is_checked_again(server: _Server, monkeypatch: py
     ],
 )
 def test_address_kinds(address: str, kind: str | None) -> None:
-    assert remote._address_kind(ipaddress.ip_address(address)) == kind
+    assert _address.address_kind(ipaddress.ip_address(address)) == kind
 
 
 # ---------------------------------------------------------------------------------------------
