@@ -295,7 +295,7 @@ def section_index(ix: Mapping[str, Any]) -> str:
            f"{t['chunks']} chunks of `data/kb`; each build copies the folder and writes a fresh cache folder. "
            "Raw = `SentenceTransformer(model_dir(), device=\"cpu\").encode(texts, batch_size="
            f"{t.get('batch_size', 64)}, normalize_embeddings=True)` on exactly the texts the build embeds (the "
-           "benchmark wraps the build's `_embed_texts` and checks that it receives those texts, and that the "
+           "benchmark wraps the build's `embed_texts` and checks that it receives those texts, and that the "
            f"build's vectors equal the raw ones: max |difference| {sci(t.get('max_abs_vector_diff_vs_raw'))}). "
            f"Order {' → '.join(t.get('order', []))} (symmetric in time); medians of n = "
            f"{t['build_s']['n']} each, with the range.\n"]
@@ -317,7 +317,7 @@ def section_index(ix: Mapping[str, Any]) -> str:
                    "benchmark process's (all torch threads); on a busy machine the wall-time ratio drifts with the "
                    "load while the CPU ratio measures the work done.\n")
     if "build_encode_s" in t:
-        out.append(f"\nInside the build, the model (`_embed_texts`) took {f(t['build_encode_s']['median'], 2)} s; "
+        out.append(f"\nInside the build, the model (`embed_texts`) took {f(t['build_encode_s']['median'], 2)} s; "
                    f"everything else (hashing, chunking, nodes, FAISS, docstore, writing, fsync) "
                    f"{f(t['build_minus_its_encode_s'], 2)} s. Model load (not in the build times): "
                    f"{f(t['model_load_s']['llamaindex'])} s.\n")
@@ -332,7 +332,7 @@ def section_index(ix: Mapping[str, Any]) -> str:
                    f"model runs: in file order, as LlamaIndex's `get_text_embedding_batch` batches and as the build "
                    f"used to, {extra(pad['file_order'])}; longest-by-characters first, as "
                    f"`SentenceTransformer.encode` sorts, {extra(pad['most_chars_first'])}; longest-by-tokens first, "
-                   f"as `KnowledgeBase.build` now sorts (its `_embed_texts` counts tokens with the model's own fast "
+                   f"as `KnowledgeBase.build` now sorts (its `embed_texts` counts tokens with the model's own fast "
                    f"tokenizer, then puts the vectors back in chunk order), {extra(pad['most_tokens_first'])}. The "
                    "rest of the build (hashing, chunking, nodes, FAISS, docstore, writing) is the small remainder "
                    "above.\n")

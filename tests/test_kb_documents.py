@@ -1,4 +1,4 @@
-"""Loading and chunking a knowledge-base folder (crag_lab/kb/_documents.py)."""
+"""Loading and chunking a knowledge-base folder (crag_lab/kb/_documents.py, _files.py, _chunking.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from crag_lab.kb import Chunk, ChunkSettings, EmptyKnowledgeBaseError, load_documents
-from crag_lab.kb._documents import LineReader, count_tokens, discover_files, iter_chunks
+from crag_lab.kb._chunking import count_tokens, iter_chunks
+from crag_lab.kb._files import LineReader, discover_files
 
 GUIDE = """\
 # Deployment Guide

@@ -22,8 +22,8 @@ from crag_lab.kb import (
     IndexMissingError,
     KnowledgeBase,
     PathOutsideKnowledgeBaseError,
+    _embedding,
 )
-from crag_lab.kb import index as kb_index
 from crag_lab.tools import ToolError
 
 FILES = {
@@ -59,17 +59,17 @@ def kb_root(make_kb) -> Path:
 
 
 class EmbedSpy:
-    """Counts the texts each build embeds (wraps ``_embed_texts``)."""
+    """Counts the texts each build embeds (wraps ``_embedding.embed_texts``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[list[str]] = []
-        real = kb_index._embed_texts
+        real = _embedding.embed_texts
 
         def spy(model: Any, texts: list[str]) -> np.ndarray:
             self.calls.append(list(texts))
             return real(model, texts)
 
-        monkeypatch.setattr(kb_index, "_embed_texts", spy)
+        monkeypatch.setattr(_embedding, "embed_texts", spy)
 
     @property
     def texts(self) -> list[str]:
@@ -193,11 +193,11 @@ def test_texts_go_to_the_model_longest_first_and_come_back_in_order(hash_embed_m
 
     monkeypatch.setattr(type(hash_embed_model), "_get_text_embeddings", record)
     texts = ["port 8443", "the gateway listens on port 8443 for TLS", "", "rotate certificates"]
-    vectors = kb_index._embed_texts(hash_embed_model, texts)
+    vectors = _embedding.embed_texts(hash_embed_model, texts)
     assert sent == [texts[1], texts[3], texts[0], texts[2]]
     expected = np.asarray([hash_embed_model._vector(t) for t in texts], dtype=np.float32)
     np.testing.assert_array_equal(vectors, expected)
-    assert kb_index._embed_texts(hash_embed_model, []).shape[0] == 0
+    assert _embedding.embed_texts(hash_embed_model, []).shape[0] == 0
 
 
 def test_reused_vectors_stay_with_their_chunks(kb_root: Path, tmp_path: Path, hash_embed_model) -> None:
@@ -352,7 +352,7 @@ def test_a_build_that_fails_while_embedding_leaves_the_previous_index(
     def boom(model: Any, texts: list[str]) -> np.ndarray:
         raise RuntimeError("embedding server went away")
 
-    monkeypatch.setattr(kb_index, "_embed_texts", boom)
+    monkeypatch.setattr(_embedding, "embed_texts", boom)
     with pytest.raises(RuntimeError, match="went away"):
         KnowledgeBase.build(kb_root, embed_model=hash_embed_model)
     monkeypatch.undo()
@@ -369,12 +369,12 @@ import os, sys
 sys.path.insert(0, {tests!r})
 from conftest import HashEmbedding
 from crag_lab.kb import KnowledgeBase
-from crag_lab.kb import index
+from crag_lab.kb import _store
 
 def die(*args, **kwargs):
     os._exit(9)  # like SIGKILL: no cleanup, no exception handlers
 
-index._swap_current = die
+_store.swap_current = die
 KnowledgeBase.build({root!r}, embed_model=HashEmbedding())
 """
 

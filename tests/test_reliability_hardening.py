@@ -48,7 +48,7 @@ from crag_lab.kb import (
     KnowledgeBase,
     KnowledgeBaseError,
     PatternTooExpensiveError,
-    _documents,
+    _files,
     load_documents,
 )
 from crag_lab.kb._regex import MAX_PATTERN_CHARS, MAX_REPEAT, Matcher
@@ -285,14 +285,14 @@ def test_filesystem_oddities_permission_denied_on_a_file_is_skipped_with_a_warni
 ) -> None:
     # Tests run as root, where chmod cannot deny a read: the refusal is simulated at the one place files are opened.
     root = make_kb({"a.md": "# A\n\ntext\n", "secret.md": "# Secret\n\ntext\n"})
-    real_open = _documents.open_regular
+    real_open = _files.open_regular
 
     def denied(path: Path) -> Any:
         if Path(path).name == "secret.md":
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path)
 
-    monkeypatch.setattr(_documents, "open_regular", denied)
+    monkeypatch.setattr(_files, "open_regular", denied)
     expected = [{"event": "file_skipped", "path": "secret.md", "reason": "unreadable: Permission denied"}]
     assert load_documents(root).warnings == expected
     kb = KnowledgeBase.build(root, embed_model=HashEmbedding())

@@ -5,14 +5,8 @@
 >>> kb.vector_retriever(top_k=3).retrieve("how do I install it?")  # doctest: +SKIP
 """
 
-from crag_lab.kb._documents import (
-    TEXT_EXTENSIONS,
-    Chunk,
-    ChunkSettings,
-    Documents,
-    LoadWarning,
-    load_documents,
-)
+from crag_lab.kb._chunking import Chunk, ChunkSettings
+from crag_lab.kb._documents import Documents, load_documents
 from crag_lab.kb._errors import (
     EmbeddingModelMismatchError,
     EmptyKnowledgeBaseError,
@@ -23,6 +17,7 @@ from crag_lab.kb._errors import (
     PathOutsideKnowledgeBaseError,
     PatternTooExpensiveError,
 )
+from crag_lab.kb._files import TEXT_EXTENSIONS, LoadWarning
 from crag_lab.kb.index import BuildReport, KnowledgeBase, Passage
 
 __all__ = [

@@ -1,0 +1,258 @@
+"""The index on disk: a LlamaIndex ``VectorStoreIndex`` on FAISS, a manifest, and atomic swaps.
+
+Layout of the index folder (``cache_dir``, by default ``<root>/.crag_index/``)::
+
+    CURRENT                 one line: the name of the live index folder
+    index-<random>/         manifest.json + LlamaIndex's docstore/index store + the FAISS file
+    .tmp-*                  a build in progress, or the leftovers of a killed one
+
+`write_index` writes a complete new ``index-*`` folder (first as ``.tmp-*``), then replaces
+``CURRENT`` atomically with ``os.replace`` (`swap_current`); a killed build therefore leaves the
+previous index live, and `cleanup` removes the leftovers. The manifest records, per file, its
+sha256 and chunk ids, the embedding model and the chunk settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
+
+from crag_lab.kb import _embedding
+from crag_lab.kb._chunking import Chunk, ChunkSettings
+from crag_lab.kb._embedding import UnitEmbedding
+from crag_lab.kb._errors import IndexCorruptError, IndexMissingError
+from crag_lab.kb._files import INDEX_DIRNAME
+
+FORMAT_VERSION = 1
+
+_CURRENT = "CURRENT"
+_INDEX_PREFIX = "index-"
+_TMP_PREFIX = ".tmp-"
+_MANIFEST = "manifest.json"
+_NODE_EXCLUDED_KEYS = ["line_start", "line_end"]
+
+
+def text_node(chunk: Chunk) -> TextNode:
+    """The LlamaIndex node of a chunk; path and title are part of the embedded text."""
+    return TextNode(
+        id_=chunk.id,
+        text=chunk.text,
+        metadata={
+            "path": chunk.path,
+            "title": chunk.title,
+            "line_start": chunk.line_start,
+            "line_end": chunk.line_end,
+        },
+        excluded_embed_metadata_keys=list(_NODE_EXCLUDED_KEYS),
+        excluded_llm_metadata_keys=list(_NODE_EXCLUDED_KEYS),
+    )
+
+
+def chunk_of(node: BaseNode) -> Chunk:
+    meta = node.metadata
+    return Chunk(
+        id=node.node_id,
+        path=str(meta["path"]),
+        text=node.get_content(metadata_mode=MetadataMode.NONE),
+        line_start=int(meta["line_start"]),
+        line_end=int(meta["line_end"]),
+        title=str(meta["title"]),
+    )
+
+
+def embedded_nodes(
+    embed: UnitEmbedding, chunks: list[Chunk], unchanged: set[str], previous: Stored | None
+) -> tuple[list[TextNode], int]:
+    """One node per chunk with its vector: reused from ``previous`` for unchanged files, embedded
+    for the others. Also returns how many chunks were embedded."""
+    nodes = [text_node(chunk) for chunk in chunks]
+    fresh = [i for i, chunk in enumerate(chunks) if chunk.path not in unchanged]
+    new_vectors = _embedding.embed_texts(embed, [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in fresh])
+    if previous is not None and unchanged:
+        old_vectors = previous.vectors()
+        row = {chunk.id: i for i, chunk in enumerate(previous.chunks)}
+        for node, chunk in zip(nodes, chunks, strict=True):
+            if chunk.path in unchanged:
+                node.embedding = old_vectors[row[chunk.id]].tolist()
+    for i, vector in zip(fresh, new_vectors, strict=True):
+        nodes[i].embedding = vector.tolist()
+    dim = len(nodes[0].embedding or [])
+    if any(len(node.embedding or []) != dim for node in nodes):
+        raise ValueError(f"embedding model {embed.model_name!r} returned vectors of different sizes")
+    return nodes, len(fresh)
+
+
+def check_manifest(data: Any) -> dict[str, Any]:
+    """The manifest if its shape is right; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("format") != FORMAT_VERSION:
+        raise ValueError(f"format {data.get('format')!r}, this version of crag_lab reads format {FORMAT_VERSION}")
+    embedding = data.get("embedding")
+    if not isinstance(embedding, dict) or not isinstance(embedding.get("model"), str):
+        raise ValueError("missing 'embedding.model'")
+    if not isinstance(embedding.get("dim"), int) or embedding["dim"] <= 0:
+        raise ValueError("missing 'embedding.dim'")
+    if not isinstance(data.get("chunking"), dict):
+        raise ValueError("missing 'chunking'")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise ValueError("missing 'files'")
+    for path, entry in files.items():
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("title"), str)
+            and isinstance(entry.get("chunks"), list)
+            and all(isinstance(c, str) for c in entry["chunks"])
+        ):
+            raise ValueError(f"bad entry for file {path!r}")
+    return data
+
+
+def _chunk_ids(manifest: dict[str, Any]) -> list[str]:
+    return [cid for entry in manifest["files"].values() for cid in entry["chunks"]]
+
+
+def _rebuild_hint(root: Path) -> str:
+    return f"run `crag-lab index {root}` (or KnowledgeBase.build({str(root)!r}))"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A persisted index read back from disk."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    index: VectorStoreIndex
+    chunks: list[Chunk]
+
+    def vectors(self) -> np.ndarray:
+        faiss_index = self.index.vector_store.client  # type: ignore[attr-defined]
+        return np.asarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
+
+
+def cache_path(root: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    return Path(cache_dir).expanduser().resolve() if cache_dir is not None else root / INDEX_DIRNAME
+
+
+def read_stored(root: Path, cache: Path, embed: UnitEmbedding) -> Stored:
+    """Read the live index; ``IndexMissingError`` or ``IndexCorruptError`` if that is impossible."""
+    from llama_index.vector_stores.faiss import FaissVectorStore
+
+    pointer = cache / _CURRENT
+    if not pointer.is_file():
+        raise IndexMissingError(f"no index for knowledge base {str(root)!r} in {str(cache)!r}: {_rebuild_hint(root)}")
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+        if not re.fullmatch(rf"{_INDEX_PREFIX}[0-9a-f]+", name):
+            raise ValueError(f"{str(pointer)!r} does not name an index folder")
+        folder = cache / name
+        manifest_path = folder / _MANIFEST
+        manifest = check_manifest(json.loads(manifest_path.read_text(encoding="utf-8")))
+        store = FaissVectorStore.from_persist_dir(str(folder))
+        context = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
+        index = load_index_from_storage(context, embed_model=embed)
+        if not isinstance(index, VectorStoreIndex):
+            raise ValueError("the stored index is not a VectorStoreIndex")
+        ids = _chunk_ids(manifest)
+        faiss_index = store.client
+        if faiss_index.ntotal != len(ids) or faiss_index.d != manifest["embedding"]["dim"]:
+            raise ValueError(
+                f"the FAISS file holds {faiss_index.ntotal} vectors of dimension {faiss_index.d}, "
+                f"the manifest lists {len(ids)} chunks of dimension {manifest['embedding']['dim']}"
+            )
+        if index.index_struct.nodes_dict != {str(i): cid for i, cid in enumerate(ids)}:
+            raise ValueError("the vector positions do not match the manifest's chunk ids")
+        chunks = [chunk_of(node) for node in index.docstore.get_nodes(ids)]
+    except IndexMissingError:
+        raise
+    except Exception as exc:  # any unreadable piece means the folder cannot be trusted
+        raise IndexCorruptError(
+            f"the index of knowledge base {str(root)!r} in {str(cache)!r} is unreadable "
+            f"({type(exc).__name__}: {exc}); {_rebuild_hint(root)} to repair it"
+        ) from exc
+    return Stored(folder, manifest, index, chunks)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_index(
+    cache: Path, nodes: list[TextNode], manifest: dict[str, Any], embed: UnitEmbedding
+) -> tuple[Path, VectorStoreIndex]:
+    """Persist a complete index folder beside the live one, then make it live atomically."""
+    import faiss
+    from llama_index.vector_stores.faiss import FaissVectorStore
+
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=cache))
+    try:
+        store = FaissVectorStore(faiss_index=faiss.IndexFlatIP(manifest["embedding"]["dim"]))
+        context = StorageContext.from_defaults(vector_store=store)
+        index = VectorStoreIndex(nodes, storage_context=context, embed_model=embed)
+        context.persist(persist_dir=str(tmp))
+        _write_json(tmp / _MANIFEST, manifest)
+        folder = cache / f"{_INDEX_PREFIX}{uuid.uuid4().hex[:16]}"
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    swap_current(cache, folder.name)
+    return folder, index
+
+
+def swap_current(cache: Path, name: str) -> None:
+    """Point ``CURRENT`` at ``name`` with one atomic rename."""
+    tmp = cache / f"{_TMP_PREFIX}{_CURRENT}-{uuid.uuid4().hex[:8]}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, cache / _CURRENT)
+
+
+def cleanup(cache: Path, keep: str) -> None:
+    """Remove old index folders and the leftovers of killed builds; other files are left alone."""
+    if not cache.is_dir():
+        return
+    for entry in cache.iterdir():
+        if entry.name in (_CURRENT, keep) or not entry.name.startswith((_INDEX_PREFIX, _TMP_PREFIX)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def previous_index(
+    root: Path, cache: Path, embed: UnitEmbedding, settings: ChunkSettings
+) -> tuple[Stored | None, str | None]:
+    """The live index and why it cannot be reused (None: reusable)."""
+    try:
+        previous = read_stored(root, cache, embed)
+    except IndexMissingError:
+        return None, "no previous index"
+    except IndexCorruptError as exc:
+        return None, f"previous index unreadable: {exc.__cause__}"
+    if previous.manifest["embedding"]["model"] != embed.model_name:
+        return previous, f"embedding model changed from {previous.manifest['embedding']['model']!r}"
+    if previous.manifest["chunking"] != settings.as_dict():
+        return previous, "chunk settings changed"
+    return previous, None
