@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crag_lab.drawing import VISITED_EDGE, VISITED_FILL, GraphPath, graph_layers, graph_path
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.container import BarContainer
@@ -35,7 +37,7 @@ COLORS = {
     "gold": "#d97706", "other": "#94a3b8", "unlabelled": "#64748b", "floor": "#dc2626", "generate": "#16a34a",
     "vector": "#2563eb", "recorded": "#cbd5e1", "replayed": "#2563eb",
     "answered": "#16a34a", "capped": "#f59e0b", "needs_rerun": "#dc2626",
-    "visited": "#fde68a", "visited_edge": "#b45309",
+    "visited": VISITED_FILL, "visited_edge": VISITED_EDGE,
 }
 
 
@@ -384,125 +386,6 @@ def calls_per_query(
     if report is not None:
         bars.update(report, draw=False)
     return bars
-
-
-# ---- the graph, with a run's path ---------------------------------------------------------------
-
-
-def _graph_parts(graph: Any) -> tuple[list[str], list[tuple[str, str, bool]]]:
-    """Node names and (source, target, conditional) edges of a compiled graph or its ``get_graph()``."""
-    drawable = graph.get_graph() if hasattr(graph, "get_graph") else graph
-    nodes = list(drawable.nodes)
-    edges = [(str(e.source), str(e.target), bool(e.conditional)) for e in drawable.edges]
-    return nodes, edges
-
-
-def graph_layers(nodes: Sequence[str], edges: Sequence[tuple[str, str, bool]]) -> tuple[dict[str, int], set[tuple[str, str]]]:
-    """A rank per node (longest path from ``__start__`` once loops are cut) and the loop edges that were cut.
-
-    >>> ranks, back = graph_layers(["__start__", "a", "b"], [("__start__", "a", False), ("a", "b", True),
-    ...                                                      ("b", "a", True)])
-    >>> ranks, back
-    ({'__start__': 0, 'a': 1, 'b': 2}, {('b', 'a')})
-    """
-    out: dict[str, list[str]] = {n: [] for n in nodes}
-    for src, dst, _ in edges:
-        out.setdefault(src, []).append(dst)
-    back: set[tuple[str, str]] = set()
-    order: list[str] = []
-    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        for nxt in out.get(node, []):
-            if state.get(nxt) == 1:
-                back.add((node, nxt))
-            elif nxt not in state:
-                visit(nxt)
-        state[node] = 2
-        order.append(node)
-
-    for root in ["__start__", *nodes]:
-        if root in out and root not in state:
-            visit(root)
-    ranks = dict.fromkeys(order, 0)
-    for node in reversed(order):  # topological order of the graph without its loops
-        for nxt in out.get(node, []):
-            if (node, nxt) not in back:
-                ranks[nxt] = max(ranks[nxt], ranks[node] + 1)
-    return {n: ranks[n] for n in nodes if n in ranks}, back
-
-
-@dataclass
-class GraphPath:
-    """Artists of `graph_path`; ``update(path)`` recolours the nodes and edges another run visited."""
-
-    ax: Axes
-    nodes: dict[str, Text]
-    edges: dict[tuple[str, str], Any]
-    title: Text
-
-    def update(self, path: Sequence[str], *, title: str = "", draw: bool = True) -> None:
-        visits = Counter(path)
-        steps = Counter(zip(["__start__", *path], [*path, "__end__"], strict=True))
-        for name, text in self.nodes.items():
-            hit = visits.get(name, 0) or (bool(path) and name in ("__start__", "__end__"))
-            patch = text.get_bbox_patch()
-            if patch is not None:
-                patch.set_facecolor(COLORS["visited"] if hit else "#f1f5f9")
-                patch.set_edgecolor(COLORS["visited_edge"] if hit else "#94a3b8")
-            text.set_text(_node_label(name) + (f"  ×{visits[name]}" if visits.get(name, 0) > 1 else ""))
-        for key, arrow in self.edges.items():
-            taken = steps.get(key, 0)
-            arrow.arrow_patch.set_color(COLORS["visited_edge"] if taken else "#cbd5e1")
-            arrow.arrow_patch.set_linewidth(2.2 if taken else 1.0)
-        self.title.set_text(title)
-        _redraw(self.ax, draw)
-
-
-def _node_label(name: str) -> str:
-    return {"__start__": "start", "__end__": "end"}.get(name, name)
-
-
-def graph_path(ax: Axes, graph: Any, path: Sequence[str] = (), *, title: str = "") -> GraphPath:
-    """The agent's graph drawn offline (no Mermaid service), with the nodes and edges of ``path`` highlighted.
-
-    ``graph`` is a compiled LangGraph graph (``lab.graph()``) or its ``get_graph()``. Nodes go top to
-    bottom by rank; edges that skip ranks bend left, loop edges (REFINE, RE_RETRIEVE) bend right.
-    A node visited more than once shows its count.
-    """
-    nodes, edges = _graph_parts(graph)
-    ranks, back = graph_layers(nodes, edges)
-    by_rank: dict[int, list[str]] = {}
-    for name in nodes:
-        by_rank.setdefault(ranks.get(name, 0), []).append(name)
-    pos: dict[str, tuple[float, float]] = {}
-    for rank, members in by_rank.items():
-        for k, name in enumerate(members):
-            pos[name] = (k - (len(members) - 1) / 2, -float(rank))
-    texts = {
-        name: ax.text(*pos[name], _node_label(name), ha="center", va="center", fontsize=8, zorder=3,
-                      bbox={"boxstyle": "round,pad=0.35", "facecolor": "#f1f5f9", "edgecolor": "#94a3b8"})
-        for name in nodes
-    }
-    arrows: dict[tuple[str, str], Any] = {}
-    for src, dst, conditional in edges:
-        span = ranks.get(dst, 0) - ranks.get(src, 0)
-        rad = 0.9 if (src, dst) in back else (0.55 if span > 1 else 0.0)
-        if (src, dst) in back:
-            rad += 0.25 * (ranks.get(src, 0) - ranks.get(dst, 0) - 1)
-        arrows[(src, dst)] = ax.annotate(
-            "", xy=pos[dst], xytext=pos[src], zorder=2, annotation_clip=False,
-            arrowprops={"arrowstyle": "-|>", "color": "#cbd5e1", "linestyle": "--" if conditional else "-",
-                        "connectionstyle": f"arc3,rad={rad}", "shrinkA": 9, "shrinkB": 9})
-    top = max(ranks.values(), default=0)
-    ax.set_xlim(-1.6, 1.6)
-    ax.set_ylim(-top - 0.6, 0.9)
-    ax.set_axis_off()
-    title_text = ax.text(0.5, 1.0, "", transform=ax.transAxes, ha="center", va="top", fontsize=8)
-    drawn = GraphPath(ax, texts, arrows, title_text)
-    drawn.update(path, title=title, draw=False)
-    return drawn
 
 
 # ---- calibration ---------------------------------------------------------------------------------

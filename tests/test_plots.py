@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from crag_lab import plots
+from crag_lab.drawing import graph_parts
 from crag_lab.replay import Experiment
 
 
@@ -143,7 +144,7 @@ def test_graph_path_highlights_the_nodes_and_edges_a_run_took() -> None:
     from crag_lab.testing import ScriptedLLM
 
     graph = build_graph(ScriptedLLM({}), [])
-    ranks, back = plots.graph_layers(*plots._graph_parts(graph))
+    ranks, back = plots.graph_layers(*graph_parts(graph))
     assert ranks["__start__"] == 0 and ranks["__end__"] == max(ranks.values())
     assert back == {("grade_evidence", "plan"), ("grade_evidence", "analyze_and_route")}  # REFINE, RE_RETRIEVE
     drawn = plots.graph_path(new_ax(), graph, ["analyze_and_route", "synthesize"])
