@@ -769,6 +769,9 @@ def test_cli_errors_bad_questions_settings_and_query_files_are_one_line(
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n{broken\n', encoding="utf-8")
     assert f"{bad}:2: not valid JSON" in one_error_line(capsys, ["demo", "--kb", kb, "--queries", str(bad)])
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"id": "q1", "question": "Which port?"}\n', encoding="utf-8")
+    assert "no question with id q9" in one_error_line(capsys, ["demo", "--kb", kb, "--queries", str(good), "--ids", "q1,q9"])
 
 
 def test_cli_errors_every_error_of_the_package_derives_from_one_base_class() -> None:

@@ -8,9 +8,10 @@ from crag_lab.citations import finalize_answer, is_abstention, render_footer, re
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.prompts import CHITCHAT, NO_EVIDENCE_ANSWER, NORMAL, SYNTHESIZE, render_history, render_passage
+from crag_lab.records import NodeName
 from crag_lab.state import AgentState, UsageRecord
 
-NODE = "synthesize"
+NODE: NodeName = "synthesize"
 MODEL_FAILED_ANSWER = (
     "The model failed to produce an answer after retrying ({errors}). The evidence found is listed below."
 )

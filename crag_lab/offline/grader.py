@@ -60,7 +60,8 @@ class _LogisticModel:
                              "refit with bench/fit_grader.py")
         if any(arr.shape != (len(names),) for arr in arrays) or np.any(arrays[3] > arrays[4]):
             raise ValueError(f"grader calibration needs mean/scale/coef/low/high of {len(names)} values, low <= high")
-        return cls(names, *arrays[:3], intercept, arrays[3], arrays[4])
+        mean, scale, coef, low, high = arrays
+        return cls(names, mean, scale, coef, intercept, low, high)
 
     def probability(self, x: np.ndarray) -> np.ndarray:
         x = np.clip(x, self.low, self.high)  # no extrapolation beyond the training range
