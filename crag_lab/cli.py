@@ -1,8 +1,9 @@
-"""``crag-lab``: index a knowledge base, ask it questions, run the demo, evaluate.
+"""``crag-lab``: index a knowledge base, ask it questions, run the demo, evaluate, tune thresholds.
 
     crag-lab index data/kb
     crag-lab ask "How do I rotate the gateway certificates?" --kb data/kb
     crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
+    crag-lab tune runs/knowledge_base.jsonl --budget 4
 """
 
 from __future__ import annotations
@@ -168,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_eval_parser(sub)
+    from crag_lab.replay.cli import add_tune_parser
+
+    add_tune_parser(sub)
     return parser
 
 

@@ -20,13 +20,17 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from crag_lab.config import CragConfig
 from crag_lab.records import QueryRecord, RoundRecord, read_records, round_grades, write_records
 from crag_lab.replay import _vectorised
 from crag_lab.replay.report import QueryReplay, ReplayReport
 from crag_lab.replay.scalar import replay_record
+
+if TYPE_CHECKING:
+    from crag_lab.replay.frontier import Frontier
+    from crag_lab.replay.tune import TuneResult
 
 Engine = Literal["vectorised", "scalar"]
 ENGINES: tuple[Engine, ...] = ("vectorised", "scalar")
@@ -106,6 +110,18 @@ class Experiment:
                 replay_record(record, config) if fields is None else QueryReplay(**fields)
                 for record, fields in zip(self.records, replayed, strict=True)
             ])
+
+    def frontier(self, **kwargs: Any) -> Frontier:
+        """Replay at every setting of a grid and measure each on the gold labels: `crag_lab.replay.frontier.frontier`."""
+        from crag_lab.replay.frontier import frontier
+
+        return frontier(self, **kwargs)
+
+    def tune(self, **kwargs: Any) -> TuneResult:
+        """Pick thresholds by cross-validation over questions: `crag_lab.replay.tune.tune`."""
+        from crag_lab.replay.tune import tune
+
+        return tune(self, **kwargs)
 
     # ---- aggregates the plots and tables use --------------------------------------------------
 

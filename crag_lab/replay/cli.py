@@ -1,0 +1,68 @@
+"""``crag-lab tune``: the cost–quality frontier of a recorded run, and the cross-validated pick.
+
+    crag-lab tune runs/knowledge_base.jsonl
+    crag-lab tune runs/kb.jsonl --dataset data/kb_queries.jsonl --budget 4 --folds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from crag_lab.replay.frontier import METRICS
+
+SHOWN = ("relevance_floor", "generate_threshold", "vector_score_threshold", "calls_per_question",
+         "tokens_per_question", "gold_recall", "gold_precision", "gold_f1", "needs_rerun", "answers_known",
+         "answer_containment")
+
+
+def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``tune`` on the ``crag-lab`` sub-command parser (called by `crag_lab.cli`)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "tune", help="where should the thresholds be: the frontier of a recorded run and a cross-validated pick")
+    p.add_argument("experiment", help="a recorded run (Experiment.save, crag-lab eval --save-runs)")
+    p.add_argument("--dataset", help="the labelled .jsonl query file, matched by id, when the recording has no labels")
+    p.add_argument("--budget", type=float, help="at most this many model calls per question")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds over questions (default 5)")
+    p.add_argument("--metric", default="gold_f1", choices=list(METRICS), help="the quality to maximise (default gold_f1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the folds (default 0)")
+    p.set_defaults(func=cmd_tune)
+    return p
+
+
+def _labels(exp: Any, dataset: str | None) -> dict[str, dict[str, Any]] | None:
+    """None (the recording's own labels) when a record carries gold labels, else the dataset's, by id."""
+    if any("gold" in (r.get("labels") or {}) for r in exp.records):
+        return None
+    if dataset is None:
+        raise ValueError("the recording has no gold labels; give the labelled query file with --dataset")
+    from crag_lab.eval.datasets import load_dataset
+
+    return {q.id: q.row() for q in load_dataset(dataset).queries}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from crag_lab.replay.experiment import Experiment
+    from crag_lab.replay.tune import tune
+
+    exp = Experiment.load(args.experiment)
+    front = exp.frontier(labels=_labels(exp, args.dataset), metric=args.metric)
+    result = tune(front, folds=args.folds, budget_calls=args.budget, metric=args.metric, seed=args.seed)
+    pareto = front.pareto()
+    if args.budget is not None:
+        pareto = pareto[pareto["calls_per_question"] <= args.budget + 1e-9]
+    shown = [c for c in dict.fromkeys((*SHOWN[:5], args.metric, *SHOWN[5:])) if c in pareto]
+    print(f"{args.experiment}: {len(front.ids)} questions, {len(front)} settings replayed; the Pareto set "
+          f"(fewest calls per question for the most {args.metric})"
+          + (f", within {args.budget:g} calls per question" if args.budget is not None else "") + ":\n")
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
+        print(pareto[shown].to_string(index=False))
+    print(f"\nPick ({args.folds}-fold cross-validation over questions, seed {args.seed}, metric {args.metric}):")
+    print("  setting: " + ", ".join(f"{k}={v}" for k, v in result.setting.items()))
+    for name, q in (("in-sample", result.in_sample), ("out-of-fold", result.out_of_fold)):
+        print(f"  {name:<12} {args.metric} {q[args.metric]:.3f}   calls/question {q['calls_per_question']:.2f}   "
+              f"tokens/question {q['tokens_per_question']:.0f}")
+    print(f"  gap (in-sample − out-of-fold): {result.gap:+.3f}; calls are lower bounds where a query needs a re-run")
+    return 0
