@@ -141,6 +141,12 @@ def headline(b: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> 
         rows.append(["6", "peak RSS", f"demo {f(get(mem, 'demo', 'peak_rss_mib'), 0)} MiB; "
                      f"{exp_key.replace('_', ' ') if exp_key else ''} {f(get(mem, exp_key, 'peak_rss_mib'), 0)} MiB",
                      "info"])
+    lat = b.get("latency")
+    if lat:
+        rows.append(["7", "offline p50 per question ≤ 200 ms (issue #12)",
+                     f"{f(get(lat, 'now', 'all', 'p50_ms'), 0)} ms now vs {f(get(lat, 'before', 'all', 'p50_ms'), 0)} ms "
+                     f"before ({f(get(lat, 'ratio_p50', 'all'), 2)}×)",
+                     against(get(lat, "now", "all", "p50_ms"), 200, digits=0, unit=" ms")])
     return table(["#", "target", "measured", "status"], rows)
 
 
@@ -438,8 +444,20 @@ def section_memory(m: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def section_latency(lat: Mapping[str, Any]) -> str:
+    out = ["## 7. Offline latency per question, before and after the offline-model redesign\n",
+           f"`bench/bench_latency.py`: the engine at commit `{lat['before_commit']}` (checked out with `git worktree`) "
+           "and this checkout answer the same labelled KB questions one at a time in fresh processes, alternating "
+           "which goes first over two halves of the questions. Chitchat is left out of `all`.\n"]
+    rows = [[k, f(lat["before"][k]["n"]), f(lat["before"][k]["p50_ms"], 0), f(lat["now"][k]["p50_ms"], 0),
+             f(lat.get("ratio_p50", {}).get(k), 2), f(lat["before"][k]["p95_ms"], 0), f(lat["now"][k]["p95_ms"], 0)]
+            for k in ("all", "simple", "complex")]
+    out.append(table(["questions", "n", "p50 before ms", "p50 now ms", "ratio", "p95 before ms", "p95 now ms"], rows))
+    return "\n".join(out)
+
+
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
-            "scale": section_scale, "memory": section_memory}
+            "scale": section_scale, "memory": section_memory, "latency": section_latency}
 
 
 def render(results: Mapping[str, Any]) -> str:
