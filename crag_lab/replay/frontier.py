@@ -5,7 +5,9 @@ generate_threshold × vector_score_threshold, optionally auto_approve_max_items,
 aggregator) at once, without a model call, and tabulates per setting:
 
 - cost: model calls and tokens per question, the recorded ones plus replay's ``calls_delta`` and
-  ``tokens_delta``; a lower bound when some query needs a re-run (``needs_rerun`` counts them);
+  ``tokens_delta``; a lower bound when some query needs a re-run (``needs_rerun`` counts them).
+  Calls are exact otherwise; tokens count the recorded synthesize prompt, so a query that now stops
+  at an earlier round (less evidence to synthesize from) is counted a little high;
 - evidence quality on the gold labels, over the rounds replay visits: gold items kept and dropped,
   ``gold_recall`` (gold kept / gold graded), ``gold_precision`` (gold kept / labelled items kept),
   ``gold_f1`` (the default metric);
