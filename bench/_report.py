@@ -147,6 +147,12 @@ def headline(b: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> 
                      f"{f(get(lat, 'now', 'all', 'p50_ms'), 0)} ms now vs {f(get(lat, 'before', 'all', 'p50_ms'), 0)} ms "
                      f"before ({f(get(lat, 'ratio_p50', 'all'), 2)}×)",
                      against(get(lat, "now", "all", "p50_ms"), 200, digits=0, unit=" ms")])
+    fr = b.get("frontier")
+    if fr:
+        rows.append(["8", "frontier over ≥ 8,000 settings ≤ 10 s (issue #16)",
+                     f"{f(fr['settings'])} settings in {f(get(fr, 'frontier_s', 'wall'), 2)} s "
+                     f"({f(fr['speedup'], 0)}× the scalar loop)",
+                     against(get(fr, "frontier_s", "wall"), 10, digits=2, unit=" s")])
     return table(["#", "target", "measured", "status"], rows)
 
 
@@ -456,8 +462,23 @@ def section_latency(lat: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def section_frontier(fr: Mapping[str, Any]) -> str:
+    out = ["## 8. Threshold frontier\n",
+           f"`bench/bench_frontier.py`: `Experiment.frontier` replays `{fr['recording']}` ({fr['questions']} questions) "
+           f"at {fr['settings']} threshold settings at once; the scalar reference is looped over "
+           f"{fr['scalar_sample']['settings']} sampled settings in the same run and extrapolated. Equal on "
+           f"{fr['equal_on_sample']} sampled settings.\n"]
+    out.append(table(["settings", "frontier wall s", "frontier CPU s", "ms / setting", "scalar s (extrapolated)", "ratio",
+                      "Pareto points"],
+                     [[f(fr["settings"]), f(fr["frontier_s"]["wall"], 2), f(fr["frontier_s"]["cpu"], 2),
+                       f(fr["per_setting_ms"], 3), f(fr["scalar_s_extrapolated"], 0), f"{f(fr['speedup'], 0)}×",
+                       f(fr["pareto_points"])]]))
+    return "\n".join(out)
+
+
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
-            "scale": section_scale, "memory": section_memory, "latency": section_latency}
+            "scale": section_scale, "memory": section_memory, "latency": section_latency,
+            "frontier": section_frontier}
 
 
 def render(results: Mapping[str, Any]) -> str:
