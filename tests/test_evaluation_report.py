@@ -69,7 +69,7 @@ def test_public_sets_appear_when_both_were_run(script: ModuleType, tmp_path: Pat
         (tmp_path / "eval" / f"{name}.md").write_text(f"### {name}\n\n{name} body\n", encoding="utf-8")
     text = script.render()
     assert "| answer containment, answerable | ≥ 80 % | 75.0 % | missed, 5.0 points short |" in text
-    assert "## The public sets" in text and "containment\n  31.0 %" in text
+    assert "## The public sets" in text and "Containment 31.0 %" in text
     assert text.index("## HotpotQA distractor") < text.index("## SQuAD 2.0") and "squad2_dev250 body" in text
 
 

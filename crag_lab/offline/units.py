@@ -128,7 +128,7 @@ def units_of(n: int, text: str, title: str | None = None) -> list[Unit]:
 
     >>> text = "## Ports\\n\\nThe gateway listens\\non 8443. It is TLS.\\n\\n| Name | Port |\\n|---|---|\\n| a | 8443 |"
     >>> [u.text for u in units_of(1, text)]
-    ['The gateway listens on 8443.', 'It is TLS.', 'a: 8443']
+    ['The gateway listens on 8443.', 'It is TLS.', 'Name: a; Port: 8443']
     """
     out: list[Unit] = []
     title_terms = content_terms(title or "")

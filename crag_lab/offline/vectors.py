@@ -9,8 +9,8 @@ blocks, file excerpts, units — once, in one batch per call, remembering each v
 >>> import numpy as np
 >>> cache = VectorCache(embed_model=None)
 >>> cache.add(["port 8443"], np.array([[3.0, 4.0]]))
->>> cache.texts(["port 8443"]).round(2).tolist()
-[[0.6, 0.8]]
+>>> [round(float(x), 2) for x in cache.texts(["port 8443"])[0]]
+[0.6, 0.8]
 """
 
 from __future__ import annotations

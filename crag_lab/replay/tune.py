@@ -49,7 +49,7 @@ def fold_assignment(n: int, folds: int, seed: int = 0) -> np.ndarray:
     """Each of ``n`` questions' fold, 0..folds-1: a seeded shuffle cut into near-equal parts.
 
     >>> fold_assignment(5, 2).tolist()
-    [1, 0, 1, 0, 0]
+    [1, 1, 0, 0, 0]
     """
     if not 2 <= folds <= n:
         raise ValueError(f"folds must be between 2 and the number of questions ({n}), got {folds}")
