@@ -32,7 +32,8 @@ lint: $(STAMP)
 	$(BIN)/mypy crag_lab
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	# a container user is often root, which JupyterLab refuses without --allow-root
+	$(BIN)/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
