@@ -97,10 +97,6 @@ class CalibratedGrader:
         """Unrounded probabilities for a feature matrix from `features`."""
         return self._model.probability(x) if len(x) else np.zeros(0)
 
-    def score_reading(self, reading: Reading) -> list[float]:
-        """One probability per item of ``reading``, in [0, 1], rounded to 3 decimals."""
-        return [round(float(p), 3) for p in self.probabilities(self.features(reading))]
-
     def score_items(self, query: str, items: Sequence[Mapping[str, Any]]) -> list[float]:
         """One probability per item (``text`` and optional ``title``/``path``).
 

@@ -8,6 +8,7 @@ parsers and fallbacks an LLM's would. It reads the structured ``inputs`` rather 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +39,19 @@ class OfflineModel:
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None) -> None:
         self.vectors = VectorCache(embed_model)
         self._kb = kb
+        self._seed_lock = threading.Lock()
         self._grader: CalibratedGrader | None = None
 
     def _seeded(self) -> VectorCache:
-        """The vector cache, seeded on first use with the chunk vectors the knowledge base holds."""
-        if self._kb is not None:
-            kb, self._kb = self._kb, None
-            keys, vectors = kb.passage_vectors()
-            self.vectors.add(keys, vectors)
+        """The vector cache, seeded on first use with the chunk vectors the knowledge base holds.
+
+        Locked: under ``ask_many`` a second question must not re-encode chunks while the first seeds.
+        """
+        with self._seed_lock:
+            if self._kb is not None:
+                keys, vectors = self._kb.passage_vectors()
+                self.vectors.add(keys, vectors)
+                self._kb = None
         return self.vectors
 
     @property

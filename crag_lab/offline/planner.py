@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crag_lab.offline.reading import coverage, read
-from crag_lab.offline.text import STOPWORDS, content_terms, tokens
+from crag_lab.offline.text import content_terms, tokens
 from crag_lab.offline.units import expand, question_terms
 from crag_lab.offline.vectors import VectorCache
 
@@ -56,12 +56,12 @@ def bridge_entities(query: str, context: Sequence[Mapping[str, Any]], vectors: V
     text = best.unit.text
     if ":" in text:  # "Owning team: Payments Core" -> the value names the bridge
         text = text.split(":", 1)[1]
-    asked = set(content_terms(query)) | expand(content_terms(query))
+    asked = expand(content_terms(query))
     names = []
     for match in _NAME.finditer(text):
         name = match.group(0).strip("`")
-        words = [w for w in tokens(name) if w not in STOPWORDS]
-        if words and not set(content_terms(name)) <= asked:
+        terms = set(content_terms(name))
+        if terms and not terms <= asked:
             names.append(name)
     return list(dict.fromkeys(names))[:2]
 
@@ -71,8 +71,8 @@ def refined_query(query: str, context: Sequence[Mapping[str, Any]], vectors: Vec
     gaps = missing_terms(query, context)
     bridge = bridge_entities(query, context, vectors)
     if bridge:
-        asked = [w for w in tokens(query) if w not in STOPWORDS and content_terms(w)
-                 and coverage(question_terms(w), frozenset(content_terms(" ".join(bridge)))) == 0]
+        named = frozenset(content_terms(" ".join(bridge)))
+        asked = [w for w in tokens(query) if content_terms(w) and coverage(question_terms(w), named) == 0]
         head = gaps or asked[:3]
         return " ".join([*bridge, *head])
     return " ".join(gaps) if gaps else query
