@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from crag_lab import plots
 from crag_lab.config import CragConfig
+from crag_lab.dashboard_frontier import FrontierPanel, has_gold_labels
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.records import QueryRecord
 from crag_lab.result import AskResult
@@ -58,11 +59,12 @@ class Dashboard:
 
     ``lab`` (a `crag_lab.Lab`) runs the "Re-run" button and draws the graph; it may be None for a
     loaded experiment (the button is then disabled). Every slider change calls ``exp.replay(config)``
-    once.
+    once. ``frontier`` adds the cost–quality frontier panel (`crag_lab.dashboard_frontier`; default:
+    when the recording carries gold labels), measured by ``metric``.
     """
 
     def __init__(self, lab: Rerunner | None, exp: Experiment, *, figsize: tuple[float, float] = (12.0, 6.5),
-                 dpi: int = 80) -> None:
+                 dpi: int = 80, frontier: bool | None = None, metric: str = "gold_f1") -> None:
         self.lab = lab
         self.exp = exp
         self.recorded: ReplayReport = exp.replay(exp.config)
@@ -120,6 +122,14 @@ class Dashboard:
         self.graph.add_class("crag-graph")
         self.graph_path: list[str] = []  # the path the graph drawing highlights
 
+        if frontier and not has_gold_labels(exp):
+            raise ValueError("the frontier panel needs gold labels in the recording (record a labelled set with "
+                             "crag-lab eval --save-runs or Lab.run over labelled questions), or pass frontier=False")
+        self.frontier: FrontierPanel | None = None
+        if frontier or (frontier is None and has_gold_labels(exp)):
+            self.frontier = FrontierPanel(exp, metric=metric, dpi=dpi)
+            self.frontier.on_apply = lambda setting: self.set(**setting)
+
         self._widget: widgets.Widget | None = None
         self.refresh()
 
@@ -142,8 +152,10 @@ class Dashboard:
                                   layout=widgets.Layout(width="36%"))
             graph = widgets.VBox([widgets.HTML("<b>Path through the graph</b>"), self.graph],
                                  layout=widgets.Layout(width="30%"))
-            self._widget = widgets.VBox([head, widgets.HBox([floats, ints]), self.errors, self.summary, self.image,
-                                         widgets.HBox([picker, detail, graph])])
+            parts = [head, widgets.HBox([floats, ints]), self.errors, self.summary, self.image]
+            if self.frontier is not None:
+                parts.append(self.frontier.widget)
+            self._widget = widgets.VBox([*parts, widgets.HBox([picker, detail, graph])])
             self._widget.add_class("crag-dashboard")
         return self._widget
 
@@ -189,6 +201,8 @@ class Dashboard:
             self.config, self.report, self.error = config, report, None
             self.errors.outputs = ()
             self._update_plots()
+            if self.frontier is not None:
+                self.frontier.update(config)
             self.summary.value = self._summary_html()
             self._refresh_queries()
         except Exception as exc:  # a bug should be visible in the dashboard, not lost in a kernel log

@@ -1,4 +1,4 @@
-"""The threshold explorer in a real browser: Voilà serves notebook 02, Chromium moves a slider.
+"""The threshold explorer in a real browser: Voilà serves notebook 02, Chromium moves a slider and picks a frontier point.
 
 Needs Debian's Chromium at /usr/bin/chromium (``scripts/ensure_chromium.sh`` installs it as root).
 Without it the test skips, except under ``CI=true``, where it fails. Everything stays on 127.0.0.1:
@@ -38,6 +38,15 @@ MOVES = [
     *(("relevance_floor", v) for v in (0.5, 0.6, 0.2, 0.1)),
     *(("vector_score_threshold", v) for v in (0.6, 0.7, 0.9)),
 ]
+
+
+def one_setting_point(exp: Experiment, **change: float) -> dict[str, float]:
+    """What the frontier panel shows for the recorded setting with ``change``: a one-setting frontier."""
+    config = exp.config.with_changes(**change)
+    axes = ("relevance_floor", "generate_threshold", "vector_score_threshold", "auto_approve_max_items",
+            "max_iterations")
+    front = exp.frontier(**{k: [getattr(config, k)] for k in axes})
+    return {k: float(v[0]) for k, v in front.scores().items()}
 
 
 def require_chromium() -> None:
@@ -148,10 +157,31 @@ def test_moving_a_slider_shows_the_replayed_route_counts(voila: Served) -> None:
             counts = page.locator(".crag-route-counts").first
             assert json.loads(counts.get_attribute("data-counts") or "{}") == expected
             assert f"{name}" in (counts.get_attribute("data-config") or "")
+            # The frontier panel's star follows the sliders: its point is the replayed one of the new setting.
+            point = json.loads(page.locator(".crag-frontier-now").first.get_attribute("data-point") or "{}")
+            assert point[name] == value
+            expected_point = one_setting_point(exp, **{name: value})
+            assert point["calls_per_question"] == pytest.approx(expected_point["calls_per_question"], abs=1e-5)
+            assert point["gold_f1"] == pytest.approx(expected_point["gold_f1"], abs=1e-5)
             flipped = [q.id for q in exp.replay(**{name: value}).flipped]
             if flipped:  # picking a flipped query shows its recorded rounds
                 page.locator(".crag-flipped select").first.select_option(index=0)
                 page.locator(".crag-trace", has_text=f"{flipped[0]}:").first.wait_for(timeout=60_000)
+            # Clicking a frontier point (in the list) and the button moves the sliders there.
+            pareto = exp.frontier().pareto()
+            target = pareto.iloc[len(pareto) // 2]
+            page.locator(".crag-frontier-points select").first.select_option(index=len(pareto) // 2)
+            page.locator("button.crag-frontier-apply").first.click()
+            page.wait_for_function(
+                "([floor, gen, vec]) => { const el = document.querySelector('.crag-route-counts');"
+                " const c = el && JSON.parse(el.dataset.config);"
+                " return c && Math.abs(c.relevance_floor - floor) < 1e-6 && Math.abs(c.generate_threshold - gen) < 1e-6"
+                " && Math.abs(c.vector_score_threshold - vec) < 1e-6; }",
+                arg=[float(target["relevance_floor"]), float(target["generate_threshold"]),
+                     float(target["vector_score_threshold"])], timeout=60_000)
+            for control in ("relevance_floor", "generate_threshold", "vector_score_threshold"):
+                readout = page.locator(f".crag-control-{control} .widget-readout").first.inner_text()
+                assert float(readout) == pytest.approx(float(target[control]), abs=0.005), control
             page.locator(".crag-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard_voila.png"))
             assert not page.locator(".crag-errors .jp-OutputArea-output").count()
         finally:
