@@ -52,6 +52,7 @@ eval: $(STAMP)
 				--markdown docs/eval/$$ds.md --save-runs .cache/eval/runs --no-progress || exit 1; \
 		else echo "skipping $$ds: $(DATASETS)/$$ds not found"; fi; \
 	done
+	$(BIN)/python scripts/tuning_report.py
 	$(BIN)/python scripts/evaluation_report.py
 
 clean:

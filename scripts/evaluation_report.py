@@ -189,6 +189,9 @@ def render() -> str:
         containment_miss=points_short(overall["answer_containment"], 0.80),
         citation_miss=points_short(overall["citation_precision"], 0.90),
     )
+    tuning = EVAL / "tuning.md"  # scripts/tuning_report.py
+    if tuning.is_file():
+        text += f"## Where should the thresholds be?\n\n{tuning.read_text(encoding='utf-8')}\n"
     for name, title in SECTIONS:
         report = EVAL / f"{name}.md"
         if report.is_file():

@@ -121,6 +121,22 @@ def test_three_frontier_points_equal_a_real_rerun(lab: Lab, recorded: Experiment
                 assert replayed[metric][s] == pytest.approx(values[use].mean()), metric
 
 
+def test_a_question_that_leaves_the_recording_costs_at_least_the_replayed_bound(lab: Lab, recorded: Experiment) -> None:
+    """Where replay cannot know, its calls are a lower bound: the real run never spends fewer."""
+    front = recorded.frontier(**GRID)
+    table = front.table()
+    s = int(table["needs_rerun"].to_numpy().argmax())
+    leaving = np.flatnonzero(front.per_query["needs_rerun"][s])
+    assert len(leaving), "the grid should hold a setting where some question leaves the recording"
+    rerun = lab.run(QUESTIONS, config=front.settings.config(recorded.config, s), shadow_grading=False)
+    bound = front.recorded_calls + front.per_query["calls"][s]
+    for q in leaving.tolist():
+        assert len(rerun.records[q]["usage"]) >= bound[q], QUESTIONS[q]["id"]
+    # ... and it is the exact count for every other question.
+    for q in sorted(set(range(len(QUESTIONS))) - set(leaving.tolist())):
+        assert len(rerun.records[q]["usage"]) == bound[q], QUESTIONS[q]["id"]
+
+
 def test_the_grid_moves_the_cost(recorded: Experiment) -> None:
     """Guard for the test above: the three points must differ, or the comparison proves little."""
     front = recorded.frontier(**GRID)

@@ -37,7 +37,7 @@ from crag_lab.replay._vectorised import (
     SYNTHESIZES,
     CompiledRounds,
 )
-from crag_lab.replay.scalar import replay_record, round_decision
+from crag_lab.replay.scalar import LEAVING_CALLS, replay_record, round_decision
 
 FIELDS = ("calls", "tokens", "kept", "dropped", "gold_kept", "gold_dropped", "labelled_kept", "labelled_dropped",
           "needs_rerun", "generate", "capped", "first_action", "known")
@@ -193,12 +193,16 @@ class FrontierRounds:
         gains = (rule == 0) & (c.r_rule[None, :] != 0)
         skips = (rule != 0) & (c.r_rule[None, :] == 0)
         synth = visited & (stop == SYNTHESIZES)
-        calls = (np.where(gains, c.r_grader_calls, np.where(skips, -c.r_grader_calls, 0))
-                 - np.where(synth, c.r_later_calls, 0)
-                 + np.where(visited & (stop == LEAVES_RECORDING), np.where(route == PLAN, 2, 3), 0))
-        tokens = (np.where(gains, c.r_grader_tokens, np.where(skips, -c.r_grader_tokens, 0))
-                  - np.where(synth, c.r_later_tokens, 0))
         rerun = visited & ((stop == NO_SCORES) | (stop == LEAVES_RECORDING) | (stop == OTHER_EVIDENCE))
+        # Leaving the recording: later recorded calls are unknown now; the fewest the run still makes.
+        leave = np.where(stop == NO_SCORES, LEAVING_CALLS["grade"], np.where(
+            route == PLAN, LEAVING_CALLS["plan"], LEAVING_CALLS["analyze_and_route"])) - c.r_later_calls[None, :]
+        calls = (np.where(counted, np.where(gains, c.r_grader_calls, np.where(skips, -c.r_grader_calls, 0))
+                          - np.where(synth, c.r_later_calls, 0), 0)
+                 + np.where(rerun, leave, 0))
+        tokens = (np.where(counted, np.where(gains, c.r_grader_tokens, np.where(skips, -c.r_grader_tokens, 0))
+                           - np.where(synth, c.r_later_tokens, 0), 0)
+                  - np.where(rerun, c.r_later_tokens[None, :], 0))
         changed = ~counted | (action != c.r_action[None, :]) | ~same | (rule != c.r_rule[None, :])
 
         def per_query(values: np.ndarray) -> np.ndarray:
@@ -209,7 +213,7 @@ class FrontierRounds:
 
         first = self.q_first
         return {
-            "calls": counted_sum(calls), "tokens": counted_sum(tokens),
+            "calls": per_query(calls), "tokens": per_query(tokens),
             "kept": counted_sum(n_kept), "dropped": counted_sum(c.r_n[None, :] - n_kept),
             "gold_kept": counted_sum(gold_kept), "gold_dropped": counted_sum(self.gold_n[None, :] - gold_kept),
             "labelled_kept": counted_sum(labelled_kept),

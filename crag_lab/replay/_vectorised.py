@@ -29,7 +29,7 @@ import numpy as np
 from crag_lab import decisions
 from crag_lab.config import CragConfig
 from crag_lab.records import Action, QueryRecord, Rule, round_grades, usage_tokens
-from crag_lab.replay.scalar import NOTE_NO_SHADOW, grader_cost, recorded_fields
+from crag_lab.replay.scalar import LEAVING_CALLS, NOTE_NO_SHADOW, grader_cost, recorded_fields
 
 ACTIONS: tuple[Action, ...] = ("GENERATE", "REFINE", "RE_RETRIEVE")
 GENERATE, REFINE, RE_RETRIEVE = 0, 1, 2
@@ -260,15 +260,19 @@ class CompiledRounds:
         synthesizes = visited & (stop == SYNTHESIZES)
         calls = calls - np.where(synthesizes, self.r_later_calls, 0)
         tokens = tokens - np.where(synthesizes, self.r_later_tokens, 0)
-        # At least plan + grade (and analyze for RE_RETRIEVE) for a round the recording never reached.
-        calls = calls + np.where(visited & (stop == LEAVES_RECORDING), np.where(route == PLAN, 2, 3), 0)
+        # Leaving the recording: later recorded calls are unknown now; add the fewest the run still makes.
+        leaves = visited & ((stop == NO_SCORES) | (stop == LEAVES_RECORDING) | (stop == OTHER_EVIDENCE))
+        leave_calls = np.where(leaves, np.where(stop == NO_SCORES, LEAVING_CALLS["grade"], np.where(
+            route == PLAN, LEAVING_CALLS["plan"], LEAVING_CALLS["analyze_and_route"])) - self.r_later_calls, 0)
+        leave_tokens = np.where(leaves, -self.r_later_tokens, 0)
 
-        def per_query(values: np.ndarray) -> list[int]:
-            summed = np.bincount(self.r_query, weights=np.where(counted, values, 0), minlength=self.n_queries)
+        def per_query(values: np.ndarray, mask: np.ndarray = counted) -> list[int]:
+            summed = np.bincount(self.r_query, weights=np.where(mask, values, 0), minlength=self.n_queries)
             return [int(v) for v in summed.tolist()]
 
         kept_q, dropped_q = per_query(d["n_kept"]), per_query(self.r_n - d["n_kept"])
-        calls_q, tokens_q = per_query(calls), per_query(tokens)
+        calls_q = [a + b for a, b in zip(per_query(calls), per_query(leave_calls, leaves), strict=True)]
+        tokens_q = [a + b for a, b in zip(per_query(tokens), per_query(leave_tokens, leaves), strict=True)]
         actions: list[list[str]] = [[] for _ in range(self.n_queries)]
         flipped: list[list[int]] = [[] for _ in range(self.n_queries)]
         gained: list[list[str]] = [[] for _ in range(self.n_queries)]

@@ -13,10 +13,21 @@ from typing import Any
 
 from crag_lab import decisions
 from crag_lab.config import CragConfig
-from crag_lab.records import QueryRecord, RoundRecord, round_grades, run_route, usage_tokens
+from crag_lab.records import QueryRecord, RoundRecord, UsageRecord, round_grades, run_route, usage_tokens
 from crag_lab.replay.report import Outcome, QueryReplay, outcome_of
 
 NOTE_NO_SHADOW = "the pre-filter skipped the grader when recorded and no shadow grades were kept"
+
+
+LEAVING_CALLS = {"grade": 1, "plan": 1, "analyze_and_route": 2}
+"""The fewest model calls a run makes after it leaves the recording, before it synthesizes (whose
+recorded call stays counted): the grading call a round now needs, or the next round's plan (and
+analyze, for RE_RETRIEVE). What follows is unknown, so replayed calls are then a lower bound."""
+
+
+def later_usage(record: QueryRecord, rnd: RoundRecord) -> list[UsageRecord]:
+    """The recorded calls after round ``rnd``, synthesize excluded (usage iterations count from 0)."""
+    return [u for u in record.get("usage", []) if u["node"] != "synthesize" and u.get("iteration", 0) >= int(rnd["iteration"])]
 
 
 def recorded_outcome(record: QueryRecord) -> Outcome:
@@ -87,8 +98,10 @@ def replay_record(record: QueryRecord, config: CragConfig) -> QueryReplay:
     outcome, note, lower_bound = recorded, "", False
     for k, rnd in enumerate(rounds):
         decision, why_not = round_decision(rnd, config)
-        if decision is None:
+        if decision is None:  # the grader must run here now: at least that call, then nothing recorded is known
             outcome, note, lower_bound = "needs_rerun", why_not or "", True
+            calls, tokens = calls + LEAVING_CALLS["grade"] - len(later_usage(record, rnd)), \
+                tokens - usage_tokens(later_usage(record, rnd))
             break
         actions.append(decision.action)
         kept, dropped = kept + len(decision.kept), dropped + len(decision.dropped)
@@ -110,23 +123,23 @@ def replay_record(record: QueryRecord, config: CragConfig) -> QueryReplay:
             else decisions.route_after_grade(rnd["action"], int(rnd["iteration"]), int(rnd["thresholds"]["max_iterations"]))
         )
         same_context = tuple(decision.kept) == tuple(i for i, item in enumerate(rnd["items"]) if item["id"] in rnd["kept"])
+        later = later_usage(record, rnd)
         if route == "synthesize":
-            later = [u for u in record.get("usage", [])
-                     if u["node"] != "synthesize" and u.get("iteration", 0) >= int(rnd["iteration"])]
             calls -= len(later)
             tokens -= usage_tokens(later)
             if k < len(rounds) - 1:
                 note = f"stops at round {rnd['iteration']} instead of {rounds[-1]['iteration']}"
             outcome = "GENERATE" if decision.action == "GENERATE" else "capped"
             break
-        if route != recorded_route:
+        if route != recorded_route or not same_context:
+            # The run leaves the recording after this round: what it recorded later is unknown now; the
+            # next round needs at least its planning calls (its grading may be skipped by the pre-filter).
             outcome, lower_bound = "needs_rerun", True
-            calls += 2 if route == "plan" else 3  # at least plan + grade (and analyze for RE_RETRIEVE)
-            note = f"round {rnd['iteration']} would go to {route}; the recording never went there"
-            break
-        if not same_context:
-            outcome, lower_bound = "needs_rerun", True
-            note = f"round {rnd['iteration']} keeps different items, so later rounds would see other evidence"
+            calls += LEAVING_CALLS[route] - len(later)
+            tokens -= usage_tokens(later)
+            note = (f"round {rnd['iteration']} would go to {route}; the recording never went there"
+                    if route != recorded_route
+                    else f"round {rnd['iteration']} keeps different items, so later rounds would see other evidence")
             break
     return QueryReplay(**base, outcome=outcome, first_action=actions[0] if actions else None, actions=actions,
                        flipped_rounds=flipped, fast_path_gained=gained, fast_path_lost=lost, items_kept=kept,
