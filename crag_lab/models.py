@@ -26,6 +26,7 @@ class ModelReply:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    cached: bool = False  # answered from a `crag_lab.cache.ResponseCache`, not by the model
 
 
 @runtime_checkable
@@ -63,20 +64,66 @@ def _usage_from_raw(raw: Any) -> tuple[int | None, int | None]:
     return (int(prompt) if prompt is not None else None, int(completion) if completion is not None else None)
 
 
+Structured = Literal["auto", "always", "never"]
+_GENERATION_FIELDS = ("model", "temperature", "max_tokens", "top_p", "seed", "additional_kwargs")
+
+
+def supports_response_format(llm: Any) -> bool:
+    """Whether ``llm`` sends OpenAI's ``response_format`` (LlamaIndex's OpenAI and OpenAILike classes)."""
+    return any(c.__name__ in ("OpenAI", "OpenAILike") for c in type(llm).__mro__)
+
+
 class LlamaIndexModel:
     """Puts any LlamaIndex ``LLM`` (OpenAI, OpenAILike, Ollama, LlamaCPP, ...) behind `CragModel`.
+
+    ``structured``: ``"auto"`` (default) asks OpenAI-compatible providers for schema-constrained JSON
+    on analyze, plan and grade (`crag_lab.schemas`) and falls back to free text for good if the
+    provider rejects it; ``"always"`` never falls back (a rejection is a failed call);
+    ``"never"`` sends plain prompts. The tolerant parsers read either reply.
 
     >>> from llama_index.core.llms import MockLLM
     >>> LlamaIndexModel(MockLLM(max_tokens=3)).complete("plan", "hi", {}).completion_tokens
     3
     """
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, *, structured: Structured = "auto") -> None:
+        if structured not in ("auto", "always", "never"):
+            raise ValueError(f"structured must be 'auto', 'always' or 'never', got {structured!r}")
         self.llm = llm
         self.name = f"llamaindex:{type(llm).__name__}"
+        self.structured = structured
+        self.schema_rejected: str | None = None  # why the provider refused a schema ("auto" then stops asking)
+
+    def uses_schemas(self) -> bool:
+        """Whether calls now go out with a JSON schema."""
+        if self.structured == "never" or (self.structured == "auto" and self.schema_rejected):
+            return False
+        return supports_response_format(self.llm)
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The class, model and generation parameters, whether replies are constrained, and the endpoint.
+
+        ``api_base`` is for messages only: the same model behind another port gives the same replies,
+        so caches and journals do not key on it.
+        """
+        fields = {f: getattr(self.llm, f, None) for f in _GENERATION_FIELDS}
+        return {"class": type(self.llm).__name__, **{k: v for k, v in fields.items() if v is not None},
+                "schemas": self.uses_schemas(), "api_base": getattr(self.llm, "api_base", None)}
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
-        response = self.llm.complete(prompt)
+        from crag_lab.schemas import task_schema
+
+        schema = task_schema(task, inputs) if self.uses_schemas() else None
+        if schema is None:
+            response = self.llm.complete(prompt)
+        else:
+            try:
+                response = self.llm.complete(prompt, **schema_request(self.llm, task, schema))
+            except Exception as exc:
+                if self.structured == "always" or not _is_rejection(exc):
+                    raise
+                self.schema_rejected = f"{type(exc).__name__}: {exc}"[:300]
+                response = self.llm.complete(prompt)
         text = str(getattr(response, "text", response) or "")
         prompt_tokens, completion_tokens = _usage_from_raw(getattr(response, "raw", None))
         return ModelReply(
@@ -84,6 +131,20 @@ class LlamaIndexModel:
             prompt_tokens=prompt_tokens if prompt_tokens is not None else count_tokens(prompt),
             completion_tokens=completion_tokens if completion_tokens is not None else count_tokens(text),
         )
+
+
+def schema_request(llm: Any, task: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The request options that constrain a reply to ``schema``: OpenAI's ``response_format`` on the chat
+    endpoint; on the completions endpoint (a base model), llama.cpp's ``json_schema`` request field."""
+    if getattr(llm, "is_chat_model", True):
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": f"crag_{task}", "schema": schema}}}
+    return {"extra_body": {"json_schema": dict(schema)}}
+
+
+def _is_rejection(exc: Exception) -> bool:
+    """A 400/422-style refusal of the request (not a timeout or a dead server, which retries handle)."""
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    return status in (400, 404, 415, 422, 501) or "response_format" in str(exc)
 
 
 def as_model(llm: Any | None, *, offline_factory: Callable[[], CragModel]) -> CragModel:

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast, get_args
 
+from typing_extensions import NotRequired
+
 from crag_lab._text import check_question, json_line
 from crag_lab.config import CragConfig
 from crag_lab.errors import ExperimentFileError
@@ -69,6 +71,7 @@ class UsageRecord(TypedDict):
     ok: bool
     attempts: int
     iteration: int  # grading rounds completed when the call was made
+    cached: NotRequired[bool]  # True: answered from the response cache (`crag_lab.cache`), no model call
 
 
 class ToolCall(TypedDict, total=False):

@@ -41,6 +41,21 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-iterations", type=int)
     p.add_argument("--top-k", type=int)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    real = p.add_argument_group("a real model (OpenAI-compatible server: llama.cpp, vLLM, Ollama, ...)")
+    real.add_argument("--api-base", help="the server's URL, e.g. http://127.0.0.1:8080/v1 (default: the offline model)")
+    real.add_argument("--model", help="the model id to ask for (default: the server's first)")
+    real.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                      help="environment variable holding the API key (default OPENAI_API_KEY; none needed locally)")
+    real.add_argument("--timeout", type=float, default=60.0, help="seconds per model call (default 60)")
+    real.add_argument("--completions", action="store_true",
+                      help="send prompts to /completions as they are (a base model without a chat template)")
+    real.add_argument("--structured", choices=["auto", "always", "never"], default="auto",
+                      help="schema-constrained JSON for analyze, plan and grade (default auto: where supported)")
+    p.add_argument("--cache", help="a response cache (SQLite file): a re-run makes no model call twice")
+    p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once (default 1)")
+    p.add_argument("--journal-dir", default=".cache/eval/journal",
+                   help="where unfinished runs are journaled; run the same command again to resume (default "
+                        ".cache/eval/journal)")
     p.set_defaults(func=cmd_eval)
     return p
 
@@ -74,9 +89,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     if progress:
         print(f"{dataset.name}: {len(dataset)} queries, knowledge base {kb}", file=sys.stderr, flush=True)
-    config = _config(args)
-    lab = Lab.from_directory(kb, config=config, remote=False)
-    ev = evaluate(lab, dataset, _modes(args.mode), config=config, progress=progress)
+    config = _config(args).with_changes(model_timeout_s=args.timeout)
+    llm = None
+    if args.api_base:
+        import os
+
+        from crag_lab.models import LlamaIndexModel
+        from crag_lab.servers import openai_compatible
+
+        llm = LlamaIndexModel(openai_compatible(args.api_base, args.model, api_key=os.environ.get(args.api_key_env),
+                                                timeout_s=args.timeout, chat=not args.completions),
+                              structured=args.structured)
+    lab = Lab.from_directory(kb, config=config, llm=llm, remote=False, cache=args.cache)
+    ev = evaluate(lab, dataset, _modes(args.mode), config=config, progress=progress, concurrency=args.concurrency,
+                  journal_dir=args.journal_dir)
+    cache = getattr(lab.model, "cache", None)
+    if cache is not None:
+        print(f"response cache {args.cache}: {cache.stats()}", file=sys.stderr)
     command = "crag-lab eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else None
     result = ev.to_json(command=command)
     if args.json_out:

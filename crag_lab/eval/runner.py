@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crag_lab.config import CragConfig
@@ -335,6 +336,8 @@ def evaluate(
     config: CragConfig | None = None,
     shadow_grading: bool = True,
     progress: bool = False,
+    concurrency: int = 1,
+    journal_dir: str | Path | None = None,
 ) -> Evaluation:
     """Run ``dataset`` through ``lab`` once per mode and score every run against the labels.
 
@@ -355,6 +358,12 @@ def evaluate(
         grader metrics see every item.
     progress
         Print each mode as it starts and show a progress bar.
+    concurrency
+        Questions in flight at once (`Lab.run`).
+    journal_dir
+        Where each mode's run journal lives while it runs (``<dataset>-<mode>.journal.jsonl``,
+        `crag_lab.journal`): an interrupted evaluation started again asks only the questions it
+        lacks. A mode's journal is removed once that mode has finished.
     """
     base = config or lab.config
     experiments: dict[str, Experiment] = {}
@@ -364,7 +373,11 @@ def evaluate(
         graph_mode, cfg = mode_setup(mode, base)
         if progress:
             print(f"{dataset.name}: {mode} ({len(rows)} queries)", flush=True)
-        exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=shadow_grading, progress=progress)
+        journal = Path(journal_dir) / f"{dataset.name}-{mode}.journal.jsonl" if journal_dir is not None else None
+        exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=shadow_grading, progress=progress,
+                      concurrency=concurrency, journal=journal)
+        if journal is not None:
+            journal.unlink(missing_ok=True)
         exp.meta["eval_mode"] = mode
         experiments[mode], configs[mode] = exp, cfg
     return Evaluation.from_experiments(dataset, experiments, configs)

@@ -65,4 +65,6 @@ class Deps:
             attempts=outcome.attempts,
             iteration=iteration,
         )
+        if reply is not None and reply.cached:
+            usage["cached"] = True
         return reply, usage

@@ -116,7 +116,7 @@ def make_plan(deps: Deps) -> Node:
         if calls is None:
             calls = fallback_calls(reply.text if reply else "", query, routing, top_k)
             log.log_audit("plan_parse_failed", level="warning", fallback="text_extraction",
-                          extracted=[c["tool"] for c in calls])
+                          extracted=[c["tool"] for c in calls], output=(reply.text[:200] if reply else None))
         done = {compact_json({"tool": h["tool"], "args": h["args"]}) for h in state.get("tool_history", [])}
         planned: list[dict[str, Any]] = []
         for call in calls:

