@@ -170,8 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_eval_parser(sub)
     from crag_lab.replay.cli import add_tune_parser
+    from crag_lab.servers import add_serve_parser
 
     add_tune_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

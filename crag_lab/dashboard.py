@@ -100,7 +100,7 @@ class Dashboard:
         self.route_plot = plots.route_flow(axes[2], self.report, self.recorded)
         self.fast_path_plot = plots.fast_path_bars(axes[3], exp.fast_path_counts(), self.report)
         self.calls_plot = plots.calls_per_query(axes[4], exp.calls_per_query(), self.report)
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px", width="100%", height="auto"))
 
         # The queries whose decision flips, one query's recorded trace, its path, and "Re-run".
         self.show_all = widgets.Checkbox(value=False, description="list every query", indent=False)
@@ -146,16 +146,18 @@ class Dashboard:
                 "<b>Threshold explorer</b> — moving a slider re-decides every recorded grading round "
                 f"of {len(self.exp)} queries (no model calls). Recorded at "
                 f"<code>{html.escape(_fmt_thresholds(self.exp.config))}</code>.")
+            # Rows wrap instead of overflowing: a laptop (1280 px) and a projector (1024 px) both fit.
+            wrap = widgets.Layout(flex_flow="row wrap", width="100%")
             picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions flip</b>"), self.show_all, self.queries],
-                                  layout=widgets.Layout(width="34%"))
+                                  layout=widgets.Layout(flex="1 1 300px", min_width="0"))
             detail = widgets.VBox([self.trace, self.rerun_button, self.rerun_result],
-                                  layout=widgets.Layout(width="36%"))
+                                  layout=widgets.Layout(flex="1 1 320px", min_width="0", overflow_x="auto"))
             graph = widgets.VBox([widgets.HTML("<b>Path through the graph</b>"), self.graph],
-                                 layout=widgets.Layout(width="30%"))
-            parts = [head, widgets.HBox([floats, ints]), self.errors, self.summary, self.image]
+                                 layout=widgets.Layout(flex="0 1 300px", min_width="0"))
+            parts = [head, widgets.HBox([floats, ints], layout=wrap), self.errors, self.summary, self.image]
             if self.frontier is not None:
                 parts.append(self.frontier.widget)
-            self._widget = widgets.VBox([*parts, widgets.HBox([picker, detail, graph])])
+            self._widget = widgets.VBox([*parts, widgets.HBox([picker, detail, graph], layout=wrap)])
             self._widget.add_class("crag-dashboard")
         return self._widget
 
@@ -363,7 +365,7 @@ class _DrawingOnly:
 def _controls(config: CragConfig) -> dict[str, Any]:
     """One widget per replayable config field, starting at the recorded value; none updates while dragged."""
     common: dict[str, Any] = {"continuous_update": False, "style": {"description_width": "170px"},
-                              "layout": widgets.Layout(width="440px")}
+                              "layout": widgets.Layout(width="440px", max_width="100%")}
     controls: dict[str, Any] = {}
     for name in FLOAT_CONTROLS:
         value = float(getattr(config, name))
@@ -417,10 +419,8 @@ def _validation_message(exc: ValidationError) -> str:
 def _query_label(q: QueryReplay) -> str:
     before = " → ".join(q.recorded_actions) or q.recorded_outcome
     after = " → ".join(q.actions) or q.outcome
-    label = f"{q.id}: {before}  ⇒  {after}"
-    if q.outcome != q.recorded_outcome:
-        label += f"  [{q.outcome}]"
-    return label
+    tag = f" [{q.outcome}]" if q.outcome != q.recorded_outcome else ""  # first: a narrow list cuts the end off
+    return f"{q.id}{tag}: {before}  ⇒  {after}"
 
 
 def _trace_html(record: QueryRecord, replayed: QueryReplay) -> str:

@@ -6,6 +6,7 @@ Its `AskResult.to_record` is the `crag_lab.records.QueryRecord` that `Lab.run` r
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ class AskResult:
     mode: Mode
     answer: str
     state: AgentState = field(repr=False)
-    latency_ms: float = field(default=0.0, compare=False)
+    latency_ms: float = field(default=0.0, compare=False, repr=False)
     node_ms: tuple[tuple[str, float], ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -96,8 +97,13 @@ class AskResult:
         }
 
     def _repr_markdown_(self) -> str:
+        """The answer as Markdown in a notebook: the question, the answer, its sources as a list, the stats, the path."""
         trail = " → ".join(self.path)
-        return f"**Q:** {self.query}\n\n{self.answer}\n\n<sub>path: {trail}</sub>"
+        answer = _SOURCE_LINE.sub(r"- \1", self.answer)  # "[1] path:L3" lines would run together as one paragraph
+        return f"**Q:** {self.query}\n\n{answer}\n\n<sub>path: {trail}</sub>"
+
+
+_SOURCE_LINE = re.compile(r"^(\[\d+\] \S.*)$", re.MULTILINE)
 
 
 def _citation(item: EvidenceItem) -> CitationRecord:

