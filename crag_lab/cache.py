@@ -1,7 +1,7 @@
 """A persistent response cache: re-running an experiment with a real model makes no call twice.
 
-`ResponseCache` is one SQLite file (standard library, WAL journal, safe across threads and
-processes). `CachedModel` wraps any `CragModel`: a reply is looked up by the model's identity, the
+`ResponseCache` is one SQLite file (standard library; safe across threads, and across processes
+by SQLite's own locking). `CachedModel` wraps any `CragModel`: a reply is looked up by the model's identity, the
 task, the rendered prompt and the generation parameters (`cache_identity`), and only a successful
 reply is stored, so a failed or timed-out call is asked again next time. A cached reply comes back
 with ``cached=True``; the usage records and the stats block count those hits apart from real calls.
@@ -71,9 +71,8 @@ class ResponseCache:
             if not parent.is_dir():
                 raise FileNotFoundError(f"the cache's folder {parent} does not exist; create it or choose another path")
         self._lock = threading.Lock()
+        # The default rollback journal: a cache that is only read (a recording's) is never modified.
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(SCHEMA)
         self._db.commit()
         self.hits = 0

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from crag_lab import plots
 from crag_lab.config import CragConfig
-from crag_lab.dashboard_frontier import FrontierPanel, has_gold_labels
+from crag_lab.dashboard_frontier import FrontierPanel, has_gold_labels, usable_metric
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.records import QueryRecord
 from crag_lab.result import AskResult
@@ -100,12 +100,13 @@ class Dashboard:
         self.route_plot = plots.route_flow(axes[2], self.report, self.recorded)
         self.fast_path_plot = plots.fast_path_bars(axes[3], exp.fast_path_counts(), self.report)
         self.calls_plot = plots.calls_per_query(axes[4], exp.calls_per_query(), self.report)
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px", width="100%", height="auto"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px", width="calc(100% - 8px)",
+                                                                      height="auto"))
 
         # The queries whose decision flips, one query's recorded trace, its path, and "Re-run".
         self.show_all = widgets.Checkbox(value=False, description="list every query", indent=False)
         self.show_all.observe(lambda _: self._refresh_queries(), names="value")
-        self.queries = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="100%"))
+        self.queries = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="calc(100% - 8px)"))
         self.queries.add_class("crag-flipped")
         self.queries.observe(lambda _: self._show_selected(), names="value")
         self.trace = widgets.HTML()
@@ -126,7 +127,9 @@ class Dashboard:
             raise ValueError("the frontier panel needs gold labels in the recording (record a labelled set with "
                              "crag-lab eval --save-runs or Lab.run over labelled questions), or pass frontier=False")
         self.frontier: FrontierPanel | None = None
-        if frontier or (frontier is None and has_gold_labels(exp)):
+        if frontier is None:  # automatic: where the labels define some quality (the first defined if not ``metric``)
+            metric = usable_metric(exp, metric) or ""
+        if frontier or (frontier is None and metric):
             self.frontier = FrontierPanel(exp, metric=metric, dpi=dpi)
             self.frontier.on_apply = lambda setting: self.set(**setting)
 
@@ -147,7 +150,7 @@ class Dashboard:
                 f"of {len(self.exp)} queries (no model calls). Recorded at "
                 f"<code>{html.escape(_fmt_thresholds(self.exp.config))}</code>.")
             # Rows wrap instead of overflowing: a laptop (1280 px) and a projector (1024 px) both fit.
-            wrap = widgets.Layout(flex_flow="row wrap", width="100%")
+            wrap = widgets.Layout(flex_flow="row wrap")
             picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions flip</b>"), self.show_all, self.queries],
                                   layout=widgets.Layout(flex="1 1 300px", min_width="0"))
             detail = widgets.VBox([self.trace, self.rerun_button, self.rerun_result],
@@ -365,7 +368,7 @@ class _DrawingOnly:
 def _controls(config: CragConfig) -> dict[str, Any]:
     """One widget per replayable config field, starting at the recorded value; none updates while dragged."""
     common: dict[str, Any] = {"continuous_update": False, "style": {"description_width": "170px"},
-                              "layout": widgets.Layout(width="440px", max_width="100%")}
+                              "layout": widgets.Layout(width="440px", max_width="calc(100% - 8px)")}
     controls: dict[str, Any] = {}
     for name in FLOAT_CONTROLS:
         value = float(getattr(config, name))

@@ -43,6 +43,16 @@ class _Recording:
     records: list[QueryRecord]
 
 
+def usable_metric(exp: Experiment, preferred: str = "gold_f1") -> str | None:
+    """``preferred`` if the recording's labels define it, else the first quality metric they define, else None."""
+    if not has_gold_labels(exp):
+        return None
+    table = exp.frontier(relevance_floor=[exp.config.relevance_floor], generate_threshold=[exp.config.generate_threshold],
+                         vector_score_threshold=[exp.config.vector_score_threshold]).table()
+    defined = [m for m in METRICS if table[m].notna().any()]
+    return preferred if preferred in defined else (defined[0] if defined else None)
+
+
 def has_gold_labels(exp: Experiment) -> bool:
     """Whether any record carries gold locations (a frontier needs them)."""
     return any((r.get("labels") or {}).get("gold") for r in exp.records)
@@ -58,7 +68,14 @@ class FrontierPanel:
         if bad := set(grid) - set(AXES):
             raise ValueError(f"the frontier panel sweeps only the dashboard's sliders {list(AXES)}; got {sorted(bad)}")
         self.exp = exp
-        self.front: Frontier = exp.frontier(metric=metric, **grid)
+        self.front: Frontier = exp.frontier(**grid)
+        table = self.front.table()
+        defined = [m for m in METRICS if table[m].notna().any()]
+        if not defined:
+            raise ValueError("no quality metric is defined on this recording's labels (no labelled item was graded "
+                             "and no recorded answer is known); record more labelled questions")
+        if metric not in defined:
+            raise ValueError(f"the labels of this recording define no {metric!r}; choose one of {defined}")
         self.metric = metric
         self.config = exp.config
         self.on_apply: Callable[[dict[str, Any]], Any] | None = None
@@ -66,12 +83,10 @@ class FrontierPanel:
         self.recorded_point = self.point(exp.config)
         self.current_point = self.recorded_point
 
-        table = self.front.table()
-        defined = [m for m in METRICS if table[m].notna().any()]
         self.metric_picker = widgets.Dropdown(options=[(METRIC_LABELS[m], m) for m in defined], value=metric,
                                               description="quality", layout=widgets.Layout(width="330px"))
         self.metric_picker.observe(lambda change: self.set_metric(change["new"]), names="value")
-        self.points = widgets.Select(options=[], rows=8, layout=widgets.Layout(width="100%"))
+        self.points = widgets.Select(options=[], rows=8, layout=widgets.Layout(width="calc(100% - 8px)"))
         self.points.add_class("crag-frontier-points")
         self.points.observe(lambda _: self._ring(), names="value")
         self.apply_button = widgets.Button(description="Move the sliders to this point", disabled=True,
@@ -80,7 +95,7 @@ class FrontierPanel:
         self.apply_button.on_click(lambda _: self.apply())
         self.caption = widgets.HTML()
         self.caption.add_class("crag-frontier-point")
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="520px", width="100%"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="520px", width="calc(100% - 8px)"))
         self.image.add_class("crag-frontier-plot")
         self.figure = Figure(figsize=(6.4, 4.3), dpi=dpi)
         FigureCanvasAgg(self.figure)
@@ -147,7 +162,7 @@ class FrontierPanel:
                 "<b>Cost–quality frontier</b> of this recording: every threshold setting of the grid, replayed "
                 f"({len(self.front)} settings, no model calls). Pick a numbered point and move the sliders there.")
             side = widgets.VBox([self.metric_picker, self.caption, self.points, self.apply_button],
-                                layout=widgets.Layout(width="420px", max_width="100%"))
+                                layout=widgets.Layout(width="420px", max_width="calc(100% - 8px)"))
             self._widget = widgets.VBox([note, widgets.HBox([self.image, side],
                                                              layout=widgets.Layout(flex_flow="row wrap"))])
             self._widget.add_class("crag-frontier")
@@ -188,4 +203,4 @@ def _caption_html(point: dict[str, float], recorded: dict[str, float], metric: s
             f"{recorded['calls_per_question']:.2f} calls, {recorded[metric]:.3f}.{html.escape(note)}</div>")
 
 
-__all__ = ["AXES", "FrontierPanel", "has_gold_labels"]
+__all__ = ["AXES", "FrontierPanel", "has_gold_labels", "usable_metric"]

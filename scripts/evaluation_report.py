@@ -189,6 +189,9 @@ def render() -> str:
         containment_miss=points_short(overall["answer_containment"], 0.80),
         citation_miss=points_short(overall["citation_precision"], 0.90),
     )
+    real = EVAL / "real_model.md"  # notebooks/record_real.py
+    if real.is_file():
+        text += f"## A real model: parse failures with and without JSON schemas\n\n{real.read_text(encoding='utf-8')}\n"
     tuning = EVAL / "tuning.md"  # scripts/tuning_report.py
     if tuning.is_file():
         text += f"## Where should the thresholds be?\n\n{tuning.read_text(encoding='utf-8')}\n"

@@ -101,3 +101,12 @@ def test_bad_panel_arguments_name_the_choices(exp: Experiment) -> None:
     panel = FrontierPanel(exp, **GRID)
     with pytest.raises(ValueError, match="choose one of"):
         panel.set_metric("answer_f1")
+
+
+def test_labels_that_define_no_evidence_f1_open_with_a_metric_they_define(exp: Experiment) -> None:
+    """Only ungraded questions (chitchat, simple): gold F1 is undefined everywhere; the dashboard still opens."""
+    ungraded = Experiment(exp.config, [r for r in exp.records if not r.get("rounds")], exp.meta)
+    dash = Dashboard(None, ungraded)
+    assert dash.frontier is None or dash.frontier.metric != "gold_f1"
+    with pytest.raises(ValueError, match=r"define no 'gold_f1'|no quality metric"):
+        FrontierPanel(ungraded, metric="gold_f1")

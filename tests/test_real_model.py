@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -215,3 +216,26 @@ def test_crag_lab_eval_against_the_server_with_a_cache(server: LlamaServer, kb: 
     second = capsys.readouterr()
     assert "'misses': 0" in second.err  # the re-run asked the server nothing
     assert not list((tmp_path / "j").glob("*.jsonl"))  # finished runs leave no journal
+
+
+def test_crag_lab_serve_starts_the_server_and_kill_stops_it(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    import httpx
+
+    require_real_model()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "crag_lab.cli", "serve", "--port", str(port), "--log",
+                             str(tmp_path / "serve.log")], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert f"http://127.0.0.1:{port}/v1" in line, line
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        proc.send_signal(signal.SIGTERM)  # `kill`: the server goes too, not only crag-lab
+        assert proc.wait(timeout=30) == 0
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

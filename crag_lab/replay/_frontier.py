@@ -126,7 +126,7 @@ class FrontierRounds:
         out = {name: np.zeros((len(settings), self.n_queries), dtype=np.int64) for name in FIELDS}
         out["first_action"][:] = -1
         out["known"][:] = 1
-        for agg in np.unique(settings.aggregator):
+        for agg in np.unique(settings.aggregator) if self.c.n_rounds else ():  # no rounds: nothing to re-decide
             where = np.flatnonzero(settings.aggregator == agg)
             for lo in range(0, len(where), block):
                 rows = where[lo:lo + block]
