@@ -154,7 +154,7 @@ class Dashboard:
             picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions flip</b>"), self.show_all, self.queries],
                                   layout=widgets.Layout(flex="1 1 300px", min_width="0"))
             detail = widgets.VBox([self.trace, self.rerun_button, self.rerun_result],
-                                  layout=widgets.Layout(flex="1 1 320px", min_width="0", overflow_x="auto"))
+                                  layout=widgets.Layout(flex="1 1 320px", min_width="0", overflow="auto"))
             graph = widgets.VBox([widgets.HTML("<b>Path through the graph</b>"), self.graph],
                                  layout=widgets.Layout(flex="0 1 300px", min_width="0"))
             parts = [head, widgets.HBox([floats, ints], layout=wrap), self.errors, self.summary, self.image]
@@ -311,7 +311,9 @@ class Dashboard:
             f"{html.escape(visible)}</span>"
             f"<table style='border-collapse:collapse;margin:4px 0'><tr>{cells}</tr></table>"
             f"<table style='border-collapse:collapse'>{table}</table>"
-            f"<p style='margin:4px 0'><i>{html.escape(report.limits())}</i></p></div>"
+            + "".join(f"<p style='margin:4px 0'>{html.escape(n)}</p>" for n in surprises(
+                t, counts, counts0, self.config, self.exp.config))
+            + f"<p style='margin:4px 0'><i>{html.escape(report.limits())}</i></p></div>"
         )
 
     def _refresh_queries(self) -> None:
@@ -399,6 +401,25 @@ def _fmt_thresholds(config: CragConfig) -> str:
             f"max_iterations {t['max_iterations']}" + ("" if config.prefilter else ", pre-filter off"))
 
 
+def surprises(totals: Mapping[str, int], counts: Mapping[str, int], recorded: Mapping[str, int], config: CragConfig,
+              base: CragConfig) -> list[str]:
+    """One sentence for each replayed number that looks wrong but is not.
+
+    >>> surprises({"calls_delta": 3, "tokens_delta": -900}, {}, {}, CragConfig(), CragConfig())[0][:40]
+    'Calls up while tokens go down: a query t'
+    """
+    notes = []
+    if totals.get("calls_delta", 0) > 0 and totals.get("tokens_delta", 0) < 0:
+        notes.append("Calls up while tokens go down: a query that leaves the recording counts the calls it must "
+                     "still make, but their tokens are unknown and left out, while queries that stop earlier drop "
+                     "whole grading prompts. Both are lower bounds.")
+    if config.generate_threshold > base.generate_threshold and counts.get("GENERATE", 0) > recorded.get("GENERATE", 0):
+        notes.append("GENERATE rises although generate_threshold went up: the threshold is compared with the mean of "
+                     "the kept passages only, and the floor decides which are kept; a higher floor keeps fewer, "
+                     "better-graded passages, whose mean can clear the higher threshold.")
+    return notes
+
+
 def _n(count: int, noun: str) -> str:
     plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
     return f"{count} {noun if count == 1 else plural}"
@@ -466,4 +487,4 @@ def _rerun_html(result: AskResult, config: CragConfig) -> str:
     )
 
 
-__all__ = ["CONTROLS", "Dashboard", "Rerunner"]
+__all__ = ["CONTROLS", "Dashboard", "Rerunner", "surprises"]

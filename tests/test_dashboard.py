@@ -143,3 +143,17 @@ def test_an_experiment_without_grading_rounds_still_displays(recorded: tuple[Exp
     dash = Dashboard(None, chitchat_only)
     assert dash.set(generate_threshold=0.5) is not None
     assert dash.displayed_counts() == {"chitchat": 1, "simple": 0, "GENERATE": 0, "REFINE": 0, "RE_RETRIEVE": 0}
+
+
+def test_counter_intuitive_numbers_get_one_sentence_each() -> None:
+    from crag_lab.config import CragConfig
+    from crag_lab.dashboard import surprises
+
+    base = CragConfig()
+    higher = base.with_changes(relevance_floor=0.6, generate_threshold=0.8)
+    notes = surprises({"calls_delta": 2, "tokens_delta": -500}, {"GENERATE": 9}, {"GENERATE": 5}, higher, base)
+    assert len(notes) == 2
+    assert notes[0].startswith("Calls up while tokens go down") and "GENERATE rises" in notes[1]
+    # Nothing surprising: no sentence.
+    assert surprises({"calls_delta": -2, "tokens_delta": -500}, {"GENERATE": 4}, {"GENERATE": 5}, higher, base) == []
+    assert surprises({"calls_delta": 1, "tokens_delta": 300}, {"GENERATE": 6}, {"GENERATE": 5}, base, base) == []
