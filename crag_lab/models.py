@@ -101,14 +101,17 @@ class LlamaIndexModel:
         return supports_response_format(self.llm)
 
     def cache_identity(self) -> dict[str, Any]:
-        """The class, model and generation parameters, whether replies are constrained, and the endpoint.
+        """The class, model and generation parameters, the schemas' fingerprint (or False), and the endpoint.
 
         ``api_base`` is for messages only: the same model behind another port gives the same replies,
         so caches and journals do not key on it.
         """
+        from crag_lab.schemas import fingerprint
+
         fields = {f: getattr(self.llm, f, None) for f in _GENERATION_FIELDS}
         return {"class": type(self.llm).__name__, **{k: v for k, v in fields.items() if v is not None},
-                "schemas": self.uses_schemas(), "api_base": getattr(self.llm, "api_base", None)}
+                "schemas": fingerprint() if self.uses_schemas() else False,
+                "api_base": getattr(self.llm, "api_base", None)}
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
         from crag_lab.schemas import task_schema

@@ -92,6 +92,21 @@ def grade_schema(n: int) -> dict[str, Any]:
             "required": ["scores"], "additionalProperties": False}
 
 
+def fingerprint() -> str:
+    """A short hash of every schema rule (limits, levels, tool arguments): a response cache keys on it,
+    so replies cached under other schemas are not reused after a change here.
+
+    >>> len(fingerprint())
+    12
+    """
+    import hashlib
+    import json
+
+    rules = {"max_list": MAX_LIST, "max_text": MAX_TEXT, "levels": SCORE_LEVELS, "tools": TOOL_ARGS,
+             "samples": [analyze_schema(["t"]), plan_schema(list(TOOL_ARGS)), grade_schema(2)]}
+    return hashlib.sha256(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def task_schema(task: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The schema a reply to ``task`` must follow, from the call's structured inputs; None for free text."""
     if task == "analyze":
@@ -104,4 +119,4 @@ def task_schema(task: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-__all__ = ["analyze_schema", "grade_schema", "plan_schema", "task_schema"]
+__all__ = ["analyze_schema", "fingerprint", "grade_schema", "plan_schema", "task_schema"]

@@ -89,3 +89,14 @@ def test_always_never_falls_back_and_never_never_asks() -> None:
     assert "response_format" not in llm.additional_kwargs["_sent"][0]
     with pytest.raises(ValueError, match="structured must be"):
         LlamaIndexModel(llm, structured="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_cache_keys_on_the_schemas_so_a_changed_schema_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crag_lab.schemas as schemas
+    from crag_lab.cache import cache_identity
+
+    before = cache_identity(LlamaIndexModel(recording()))
+    assert before["schemas"] == schemas.fingerprint()
+    assert cache_identity(LlamaIndexModel(recording(), structured="never"))["schemas"] is False
+    monkeypatch.setattr(schemas, "MAX_LIST", schemas.MAX_LIST + 1)
+    assert cache_identity(LlamaIndexModel(recording()))["schemas"] != before["schemas"]
