@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from test_notebooks_browser import (
     Served,
     free_port,
     require_chromium,
-    wait_for_port,
+    serve,
 )
 
 from crag_lab.replay import Experiment
@@ -79,18 +78,7 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     news = tmp / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")  # no pop-up
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT / "notebooks", env=env, stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        wait_for_port(port, proc, log)
-        yield Served(f"http://127.0.0.1:{port}/", log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    yield from serve(cmd, ROOT / "notebooks", env, port, log)
 
 
 def run_all(page: Any, url: str, notebook: str) -> None:

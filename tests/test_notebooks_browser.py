@@ -95,8 +95,13 @@ def voila(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     }
     cmd = [sys.executable, "-m", "voila", str(NOTEBOOK), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            "--show_tracebacks=True"]
+    yield from serve(cmd, NOTEBOOK.parent, env, port, log)
+
+
+def serve(cmd: list[str], cwd: Path, env: dict[str, str], port: int, log: Path) -> Iterator[Served]:
+    """Run a notebook server (``cmd``) until the fixture ends; stop it by its PID, killing it if it lingers."""
     with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=NOTEBOOK.parent, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port, proc, log)
         yield Served(f"http://127.0.0.1:{port}/", log)
