@@ -14,6 +14,7 @@ pyplot state, no frontend extension (ipympl), identical in JupyterLab, Voilà an
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import json
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 from crag_lab import plots
 from crag_lab.config import CragConfig
-from crag_lab.dashboard_frontier import FrontierPanel, has_gold_labels, usable_metric
+from crag_lab.dashboard_frontier import FrontierPanel, NoQualityError, has_gold_labels
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.records import QueryRecord
 from crag_lab.result import AskResult
@@ -127,10 +128,12 @@ class Dashboard:
             raise ValueError("the frontier panel needs gold labels in the recording (record a labelled set with "
                              "crag-lab eval --save-runs or Lab.run over labelled questions), or pass frontier=False")
         self.frontier: FrontierPanel | None = None
-        if frontier is None:  # automatic: where the labels define some quality (the first defined if not ``metric``)
-            metric = usable_metric(exp, metric) or ""
-        if frontier or (frontier is None and metric):
+        if frontier:
             self.frontier = FrontierPanel(exp, metric=metric, dpi=dpi)
+        elif frontier is None and has_gold_labels(exp):  # automatic: with a metric the labels define, if any
+            with contextlib.suppress(NoQualityError):
+                self.frontier = FrontierPanel(exp, metric=metric, fallback=True, dpi=dpi)
+        if self.frontier is not None:
             self.frontier.on_apply = lambda setting: self.set(**setting)
 
         self._widget: widgets.Widget | None = None

@@ -43,28 +43,24 @@ class _Recording:
     records: list[QueryRecord]
 
 
-def usable_metric(exp: Experiment, preferred: str = "gold_f1") -> str | None:
-    """``preferred`` if the recording's labels define it, else the first quality metric they define, else None."""
-    if not has_gold_labels(exp):
-        return None
-    table = exp.frontier(relevance_floor=[exp.config.relevance_floor], generate_threshold=[exp.config.generate_threshold],
-                         vector_score_threshold=[exp.config.vector_score_threshold]).table()
-    defined = [m for m in METRICS if table[m].notna().any()]
-    return preferred if preferred in defined else (defined[0] if defined else None)
-
-
 def has_gold_labels(exp: Experiment) -> bool:
     """Whether any record carries gold locations (a frontier needs them)."""
     return any((r.get("labels") or {}).get("gold") for r in exp.records)
 
 
+class NoQualityError(ValueError):
+    """The recording's labels define no quality metric at all (no labelled item graded, no known answer)."""
+
+
 class FrontierPanel:
     """The frontier plot, the current setting's point, the Pareto points as a list and "Move the sliders here".
 
+    ``fallback``: when the labels do not define ``metric``, use the first quality metric they do.
     ``grid`` overrides the default grid (`crag_lab.replay.frontier.grid`) for the axes in `AXES`.
     """
 
-    def __init__(self, exp: Experiment, *, metric: str = "gold_f1", dpi: int = 80, **grid: Any) -> None:
+    def __init__(self, exp: Experiment, *, metric: str = "gold_f1", fallback: bool = False, dpi: int = 80,
+                 **grid: Any) -> None:
         if bad := set(grid) - set(AXES):
             raise ValueError(f"the frontier panel sweeps only the dashboard's sliders {list(AXES)}; got {sorted(bad)}")
         self.exp = exp
@@ -72,8 +68,10 @@ class FrontierPanel:
         table = self.front.table()
         defined = [m for m in METRICS if table[m].notna().any()]
         if not defined:
-            raise ValueError("no quality metric is defined on this recording's labels (no labelled item was graded "
+            raise NoQualityError("no quality metric is defined on this recording's labels (no labelled item was graded "
                              "and no recorded answer is known); record more labelled questions")
+        if metric not in defined and fallback:  # the first metric the labels define
+            metric = defined[0]
         if metric not in defined:
             raise ValueError(f"the labels of this recording define no {metric!r}; choose one of {defined}")
         self.metric = metric
@@ -203,4 +201,4 @@ def _caption_html(point: dict[str, float], recorded: dict[str, float], metric: s
             f"{recorded['calls_per_question']:.2f} calls, {recorded[metric]:.3f}.{html.escape(note)}</div>")
 
 
-__all__ = ["AXES", "FrontierPanel", "has_gold_labels", "usable_metric"]
+__all__ = ["AXES", "FrontierPanel", "NoQualityError", "has_gold_labels"]
