@@ -43,7 +43,12 @@ def cmd_index(args: argparse.Namespace) -> int:
     # No embed_model: the bundled one loads only once there is something to embed, after the cheap
     # checks (the folder exists and holds text) and never for a rebuild where nothing changed.
     kb = KnowledgeBase.build(args.kb, cache_dir=args.cache_dir)
-    print(json.dumps(dict(kb.build_report or {}), indent=2, default=str))
+    report = dict(kb.build_report or {})
+    if args.prepare:
+        from crag_lab.offline import OfflineModel
+
+        report["units_encoded"] = OfflineModel(kb=kb).prepare()
+    print(json.dumps(report, indent=2, default=str))
     return 0
 
 
@@ -145,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build or update the persisted index of a knowledge base")
     p.add_argument("kb")
     p.add_argument("--cache-dir")
+    p.add_argument("--prepare", action="store_true",
+                   help="also encode every chunk's sentences for the offline model now (once per index), "
+                        "so the first questions run at warm speed")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("ask", help="answer one question")

@@ -97,11 +97,17 @@ def _unit_key(title: str, unit: Unit) -> str:
     return f"{title}: {unit.text}" if title else unit.text
 
 
+def item_groups(text: str, title: str | None) -> list[list[str]]:
+    """The texts `read` encodes together for an item (its units), as a list of groups (none if no units)."""
+    units = units_of(1, text, title or None)[:MAX_UNITS_PER_ITEM]
+    return [[_unit_key(title or "", u) for u in units]] if units else []
+
+
 def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> Reading:
     """Read ``items`` (``text`` and optional ``title``/``path``/``n``) for ``query``.
 
-    One call to the cache embeds everything it has not seen: the question, the items (their
-    stored chunk vectors when the index holds them) and their units.
+    The cache gives the question's vector, each item's (the stored chunk vector when the index holds
+    it) and each item's units, encoded together per item (`VectorCache.group`) when not yet seen.
     """
     kind = asks_for(query)
     q_terms = tuple(question_terms(query)) or tuple(content_terms(query))
@@ -109,27 +115,22 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
     titles = [str(item.get("title") or "") for item in items]
     per_item = [units_of(int(item.get("n", i + 1)), text, title or None)[:MAX_UNITS_PER_ITEM]
                 for i, (item, text, title) in enumerate(zip(items, texts, titles, strict=True))]
-    keys = [query]
-    keys += [passage_key(text, item.get("path"), title or None) for item, text, title in zip(items, texts, titles,
-                                                                                               strict=True)]
-    keys += [_unit_key(title, u) for title, units in zip(titles, per_item, strict=True) for u in units]
-    vectors = cache.texts(keys)
-    q_vec = vectors[0]
-    cos = vectors[1:] @ q_vec if len(keys) > 1 else np.zeros(0)
-    item_cos, unit_cos = cos[: len(items)], cos[len(items):]
+    q_vec = cache.query(query)
+    item_keys = [passage_key(text, item.get("path"), title or None)
+                 for item, text, title in zip(items, texts, titles, strict=True)]
+    item_cos = cache.texts(item_keys) @ q_vec if items else np.zeros(0)
+    # An item's units are encoded together, as one group: their vectors never depend on other items.
+    unit_cos = [cache.group([_unit_key(title, u) for u in units]) @ q_vec if units else np.zeros(0)
+                for title, units in zip(titles, per_item, strict=True)]
     readings = []
-    at = 0
     for i, (item, text, title, units) in enumerate(zip(items, texts, titles, per_item, strict=True)):
         title_terms = expand(content_terms(title))
         own = expand(content_terms(text))
-        unit_rows = []
-        for u in units:
-            unit_rows.append(UnitReading(u, float(unit_cos[at]), coverage(q_terms, u.terms, u.context),
-                                         holds(kind, u.text, query)))
-            at += 1
+        unit_rows = tuple(UnitReading(u, float(c), coverage(q_terms, u.terms, u.context), holds(kind, u.text, query))
+                          for u, c in zip(units, unit_cos[i], strict=True))
         readings.append(ItemReading(
             n=int(item.get("n", i + 1)), title=title, cos=float(item_cos[i]),
-            coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=tuple(unit_rows),
+            coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=unit_rows,
         ))
     return Reading(query, kind, q_terms, tuple(readings))
 

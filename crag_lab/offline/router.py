@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from crag_lab.offline.text import content_terms
 
 if TYPE_CHECKING:
@@ -95,12 +97,16 @@ def prototypes() -> dict[str, tuple[str, ...]]:
     return {"chitchat": tuple(data["chitchat"]), "question": tuple(data["question"])}
 
 
+def prototype_vectors(vectors: VectorCache) -> np.ndarray:
+    """The prototypes' vectors, chitchat rows first (one group: encoded once, then stored)."""
+    protos = prototypes()
+    return vectors.group([*protos["chitchat"], *protos["question"]])
+
+
 def chitchat_by_meaning(query: str, vectors: VectorCache) -> bool:
     """True when the message is nearer in meaning to the chitchat prototypes than to the questions."""
-    protos = prototypes()
-    chit, quest = protos["chitchat"], protos["question"]
-    matrix = vectors.texts([query.strip().lower(), *chit, *quest])
-    sims = matrix[1:] @ matrix[0]
+    chit = prototypes()["chitchat"]
+    sims = prototype_vectors(vectors) @ vectors.query(query.strip().lower())
     near_chit, near_quest = float(sims[: len(chit)].max()), float(sims[len(chit):].max())
     return near_chit >= MEANING_MIN and near_chit >= near_quest + MEANING_MARGIN
 
