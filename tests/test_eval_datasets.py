@@ -142,3 +142,22 @@ def test_passage_files_are_named_by_a_safe_slug() -> None:
     odd = passage_filename("Doc 7/../b")
     assert "/" not in odd and odd.endswith(".md") and odd != passage_filename("doc 7/../b")
     assert passage_markdown(Passage("x", " ", "One. Two.")) == "One.\nTwo.\n"
+
+
+def test_multi_hop_questions_get_a_kind_and_single_passage_ones_none(tmp_path: Path) -> None:
+    root = tmp_path / "hop"
+    root.mkdir()
+    write_jsonl(root / "corpus.jsonl", [{"id": f"d{i}", "title": f"T{i}", "text": f"Text {i}."} for i in range(4)])
+    write_jsonl(root / "queries.jsonl", [
+        {"id": "bridge", "question": "Where was the director of Film X born?", "answers": ["Oslo"],
+         "gold_doc_ids": ["d0", "d1"]},
+        {"id": "yesno", "question": "Are A and B both rivers?", "answers": ["yes"], "gold_doc_ids": ["d1", "d2"]},
+        {"id": "either", "question": "Which is older, A or B?", "answers": ["A"], "gold_doc_ids": ["d2", "d3"]},
+        {"id": "typed", "question": "Which is older, A or B?", "answers": ["A"], "type": "bridge",
+         "gold_doc_ids": ["d2", "d3"]},
+        {"id": "single", "question": "Is A a river?", "answers": ["yes"], "gold_doc_ids": ["d0"]},
+    ])
+    ds = load_beir(root)
+    assert {q.id: q.kind for q in ds} == {"bridge": "bridge", "yesno": "comparison", "either": "comparison",
+                                         "typed": "bridge", "single": None}
+    assert ds.has_kinds and not load_beir(make_beir(tmp_path / "tiny")).has_kinds

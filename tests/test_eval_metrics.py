@@ -210,3 +210,18 @@ def test_fast_path_rates_per_round_and_per_question() -> None:
 def test_loss_stage_is_the_first_stage_that_missed(flags: dict[str, Any], stage: str | None) -> None:
     assert loss_stage(**flags) == stage
     assert stage is None or stage in LOSS_STAGES
+
+
+def test_exact_match_and_token_f1_follow_the_official_normalisation() -> None:
+    assert m.normalize_answer("The  Chief of Protocol!") == "chief of protocol"
+    assert m.exact_match("**Chief of Protocol** [2].", ["chief of protocol"]) is True
+    assert m.exact_match("She was Chief of Protocol [2].", ["Chief of Protocol"]) is False
+    # partial credit: "she was chief of protocol of us": 3 of 7 tokens are gold, all 3 gold tokens found
+    assert m.token_f1("She was the Chief of Protocol of the US [2].", ["Chief of Protocol"]) == pytest.approx(
+        2 * (3 / 7) * 1.0 / (3 / 7 + 1.0))
+    assert m.token_f1("Paris [1].", ["London", "Paris"]) == 1.0  # the best gold answer counts
+    assert m.token_f1(NO_EVIDENCE_ANSWER, ["Paris"]) == 0.0  # an abstention predicts nothing
+    assert m.exact_match(NO_EVIDENCE_ANSWER, ["Paris"]) is False
+    assert m.token_f1("Paris", []) is None and m.exact_match("Paris", [" "]) is None
+    # citation markers are not answer tokens
+    assert m.token_f1("1984 [1] [2].", ["1984"]) == 1.0

@@ -49,7 +49,8 @@ class FakeModel:
 
 def dataset() -> EvalSet:
     return EvalSet("tiny", [
-        EvalQuery("q1", "Which port does the gateway use?", ("8443",), True, "complex", (GoldRef("gw.md", 2, 2),)),
+        EvalQuery("q1", "Which port does the gateway use?", ("8443",), True, "complex", (GoldRef("gw.md", 2, 2),),
+                  kind="bridge"),
         EvalQuery("q2", "hello", (), True, "chitchat"),
         EvalQuery("q3", "Who is the DPO?", (), False, "simple"),
     ], Path("tiny.jsonl"), kb=Path("kb"))
@@ -76,6 +77,8 @@ def test_knowledge_base_metrics(ev: Evaluation) -> None:
     assert kb["grader_ece"] == pytest.approx((abs(0.9 - 1) + abs(0.6 - 0) + abs(0.1 - 0)) / 3)
     assert kb["routing_accuracy"] == 1.0 and kb["chitchat_recall"] == 1.0
     assert kb["answer_containment"] == 1.0
+    # "gateway listens on port 8443" after normalising: 1 of 5 tokens is the gold "8443"
+    assert kb["exact_match"] == 0.0 and kb["answer_f1"] == pytest.approx(2 * (1 / 5) / (1 / 5 + 1))
     assert kb["citation_precision"] == 1.0 and kb["citation_recall"] == 1.0 and kb["retrieval_recall"] == 1.0
     assert kb["abstention_rate"] == 1.0 and kb["false_abstention_rate"] == 0.0
     assert kb["calls_per_query"] == pytest.approx((4 + 2 + 3) / 3)  # complex, chitchat, simple
@@ -91,6 +94,9 @@ def test_per_route_and_per_complexity_slices(ev: Evaluation) -> None:
     assert by_route["simple"]["abstention_rate"] == 1.0
     by_label = ev.metrics("knowledge_base", by="complexity")
     assert by_label["chitchat"]["calls_per_query"] == 2
+    by_kind = ev.metrics("knowledge_base", by="question_kind")  # only q1 has a kind
+    assert set(by_kind) == {"bridge"} and by_kind["bridge"]["n_queries"] == 1
+    assert by_kind["bridge"]["graded_items"] == 3  # its items and rounds follow it into the slice
     with pytest.raises(ValueError, match="grouping"):
         ev.metrics("knowledge_base", by="color")
     with pytest.raises(ValueError, match="no run in mode"):

@@ -42,6 +42,7 @@ class EvalQuery:
     complexity: str | None = None
     gold: tuple[GoldRef, ...] = ()
     needs: tuple[str, ...] = ()  # passage ids this query needs in a restricted corpus
+    kind: str | None = None  # a multi-hop question's kind: "bridge" or "comparison" (`hotpot_kind`)
 
     def row(self) -> dict[str, Any]:
         """The dict `Lab.run` takes: ``id``, ``question`` and the labels (kept in each record)."""
@@ -84,6 +85,10 @@ class EvalSet:
     @property
     def has_complexity(self) -> bool:
         return any(q.complexity is not None for q in self.queries)
+
+    @property
+    def has_kinds(self) -> bool:
+        return any(q.kind is not None for q in self.queries)
 
     def kb_name(self) -> str:
         """The cache folder name: the dataset name plus a hash of the passage set when restricted."""
@@ -232,6 +237,31 @@ def _read_qrels(path: Path) -> dict[str, list[str]]:
     return gold
 
 
+_YES_NO = frozenset({"yes", "no"})
+_EITHER = re.compile(r"\S\s+or\s+\S", re.IGNORECASE)
+
+
+def hotpot_kind(row: Mapping[str, Any], gold_ids: Sequence[str]) -> str | None:
+    """``bridge`` or ``comparison`` for a question with two or more gold passages; None otherwise.
+
+    The row's own ``type`` when it has one (HotpotQA's label). Otherwise a comparison is a question
+    answered yes/no or asking to choose between two named things (``X or Y``), as HotpotQA's
+    comparison questions are; every other two-passage question is a bridge (the second passage is
+    found through an entity of the first). The rule is approximate for rows without ``type``.
+
+    >>> hotpot_kind({"question": "Who was born first, Ada or Alan?", "answers": ["Ada"]}, ["a", "b"])
+    'comparison'
+    >>> hotpot_kind({"question": "Which city hosts the club whose coach is X?", "answers": ["Y"]}, ["a", "b"])
+    'bridge'
+    """
+    if row.get("type") in ("bridge", "comparison"):
+        return str(row["type"])
+    if len(gold_ids) < 2:
+        return None
+    answers = {str(a).strip().casefold() for a in row.get("answers", [])}
+    return "comparison" if answers & _YES_NO or _EITHER.search(str(row.get("question", ""))) else "bridge"
+
+
 def load_beir(folder: str | Path, *, limit: int | None = None, seed: int = 0) -> EvalSet:
     """A BEIR-style folder: ``corpus.jsonl`` ({id, title, text}), ``queries.jsonl``, ``qrels.tsv``.
 
@@ -272,6 +302,7 @@ def load_beir(folder: str | Path, *, limit: int | None = None, seed: int = 0) ->
             complexity=_complexity(row, where),
             gold=tuple(GoldRef(passage_filename(d)) for d in gold_ids),
             needs=tuple(d for d in dict.fromkeys(needs) if d in corpus),
+            kind=hotpot_kind(row, gold_ids),
         ))
     chosen = _sample(queries, limit, seed)
     if limit is None or limit >= len(queries):

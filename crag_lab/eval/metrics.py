@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import re
+import string
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -288,6 +290,60 @@ def answer_contained(answer: str, answers: Iterable[str]) -> bool | None:
         return None
     body = _normal(answer_body(answer))
     return any(w in body for w in wanted)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_MARKERS = re.compile(r"\[\d{1,3}\]")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's and HotpotQA's answer normalisation: lower case, no punctuation, articles or extra spaces.
+
+    >>> normalize_answer("The  Port: **8443**!")
+    'port 8443'
+    """
+    text = "".join(ch for ch in text.casefold() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _prediction(answer: str) -> str:
+    """The answer body as a prediction: citation markers out; an abstention predicts nothing."""
+    return "" if is_abstention(answer) else _MARKERS.sub(" ", answer_body(answer))
+
+
+def exact_match(answer: str, answers: Iterable[str]) -> bool | None:
+    """The official exact match: the normalised answer body equals a normalised gold answer.
+
+    An extractive answer quotes a whole sentence, so it rarely matches exactly; `token_f1` gives
+    partial credit. None when there is no gold answer.
+
+    >>> exact_match("8443 [1].", ["8443"]), exact_match("Port 8443 [1].", ["8443"])
+    (True, False)
+    """
+    wanted = [normalize_answer(a) for a in answers if a and a.strip()]
+    if not wanted:
+        return None
+    return normalize_answer(_prediction(answer)) in wanted
+
+
+def token_f1(answer: str, answers: Iterable[str]) -> float | None:
+    """The official token F1 (SQuAD, HotpotQA), best over the gold answers; None without one.
+
+    >>> round(token_f1("The public port is 8443 [1].", ["8443"]), 3)
+    0.4
+    """
+    wanted = [normalize_answer(a).split() for a in answers if a and a.strip()]
+    if not wanted:
+        return None
+    predicted = normalize_answer(_prediction(answer)).split()
+    best = 0.0
+    for gold in wanted:
+        common = sum((Counter(predicted) & Counter(gold)).values())
+        if common:
+            precision, recall = common / len(predicted), common / len(gold)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
 
 
 def citation_precision_recall(

@@ -34,6 +34,8 @@ REPORT_ROWS: tuple[tuple[str, str], ...] = (
     ("chitchat_recall", "chitchat recall"),
     ("retrieval_recall", "retrieval recall (gold found by any tool)"),
     ("answer_containment", "answer containment (answerable)"),
+    ("exact_match", "exact match (answerable)"),
+    ("answer_f1", "answer token F1 (answerable)"),
     ("citation_precision", "citation precision"),
     ("citation_recall", "citation recall"),
     ("abstention_rate", "abstention on unanswerable"),
@@ -118,6 +120,13 @@ def render_markdown(ev: Scored, *, command: str | None = None, title: str | None
                     table(["complexity", *ROUTE_COLUMNS],
                           [[label, *(fmt(values.get(k), k) for k in ROUTE_COLUMNS)]
                            for label, values in by_label.items()]), ""]
+    if ds.has_kinds:
+        kind_columns = ("n_queries", "answer_containment", "exact_match", "answer_f1", "citation_precision",
+                        "citation_recall", "calls_per_query")
+        rows = [[kind, mode, *(fmt(values.get(k), k) for k in kind_columns)]
+                for mode in modes for kind, values in ev.metrics(mode, by="question_kind").items()]
+        out += ["By question kind (bridge: the second passage is found through the first; comparison: two "
+                "things compared):", "", table(["kind", "mode", *kind_columns], sorted(rows)), ""]
     losses = {mode: ev.loss_stages(mode) for mode in modes}
     if any(sum(v.values()) for v in losses.values()):
         out += ["Where answerable questions are lost (the first stage that missed; questions with a gold answer "

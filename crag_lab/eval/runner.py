@@ -34,7 +34,7 @@ EVAL_MODES: tuple[str, ...] = ("knowledge_base", "normal", "naive_rag", "per_ite
 examples: one grader call per item, no pre-filter, no complexity routing (every question graded)."""
 
 COMPARED_MODES: tuple[str, ...] = ("knowledge_base", "naive_rag", "per_item_grading")
-GROUPINGS = ("route", "complexity")
+GROUPINGS = ("route", "complexity", "question_kind")
 HEADLINE = ("grader_auroc", "floor_precision", "floor_recall", "routing_accuracy", "answer_containment",
             "citation_precision", "abstention_rate", "false_abstention_rate", "calls_per_query",
             "tokens_per_query")
@@ -98,6 +98,9 @@ def query_row(mode: str, record: QueryRecord, query: EvalQuery, routed: bool) ->
         "answerable": query.answerable,
         "abstained": abstained,
         "contained": contained,
+        "exact_match": m.exact_match(answer, query.answers) if query.answerable else None,
+        "f1": m.token_f1(answer, query.answers) if query.answerable else None,
+        "question_kind": query.kind,
         "loss_stage": stage,
         "abstained_unanswerable": abstained if query.answerable is False else None,
         "abstained_answerable": abstained if kb_question else None,
@@ -184,6 +187,8 @@ def compute_metrics(queries: pd.DataFrame, items: pd.DataFrame, rounds: pd.DataF
         "routing_accuracy": m.routing_accuracy(predicted, expected) if routed else None,
         "chitchat_recall": m.class_recall(predicted, expected, "chitchat") if routed else None,
         "answer_containment": m.rate(_col(queries, "contained")),
+        "exact_match": m.rate(_col(queries, "exact_match")),
+        "answer_f1": m.mean(_col(queries, "f1")),
         "citation_precision": m.mean(_col(queries, "citation_precision")),
         "citation_recall": m.mean(_col(queries, "citation_recall")),
         "retrieval_recall": m.mean(_col(queries, "retrieval_recall")),
@@ -249,7 +254,11 @@ class Evaluation:
         return bool(self.queries.loc[self.queries["mode"] == mode, "predicted"].notna().any())
 
     def metrics(self, mode: str | None = None, *, by: str | None = None) -> dict[str, Any]:
-        """The metrics of one mode (default: the first), overall or ``by`` "route" / "complexity"."""
+        """The metrics of one mode (default: the first), overall or ``by`` a grouping (`GROUPINGS`).
+
+        ``question_kind`` groups HotpotQA's questions into ``bridge`` and ``comparison``
+        (`crag_lab.eval.datasets.hotpot_kind`); other sets have no kinds.
+        """
         mode = mode or self.modes[0]
         if mode not in self.experiments:
             raise ValueError(f"no run in mode {mode!r}; this evaluation has {self.modes}")
@@ -263,8 +272,9 @@ class Evaluation:
             raise ValueError(f"unknown grouping {by!r}; choose one of {list(GROUPINGS)}")
         out = {}
         for key in sorted({str(v) for v in q[by].tolist() if not _missing(v)}):
-            out[key] = compute_metrics(q[q[by] == key], i[i[by] == key], r[r[by] == key], floor=floor,
-                                       routed=routed)
+            ids = set(q.loc[q[by] == key, "id"])
+            out[key] = compute_metrics(q[q[by] == key], i[i["query_id"].isin(ids)], r[r["query_id"].isin(ids)],
+                                       floor=floor, routed=routed)
         return out
 
     def confusion(self, mode: str = "knowledge_base") -> dict[str, dict[str, int]] | None:
@@ -307,6 +317,7 @@ class Evaluation:
                 "overall": self.metrics(mode),
                 "by_route": self.metrics(mode, by="route"),
                 "by_complexity": self.metrics(mode, by="complexity") if self.dataset.has_complexity else {},
+                "by_question_kind": self.metrics(mode, by="question_kind") if self.dataset.has_kinds else {},
                 "routing_confusion": self.confusion(mode),
                 "loss_stages": self.loss_stages(mode),
             }
