@@ -3,6 +3,7 @@ matplotlib drawing with a run's path highlighted (`graph_path`, the dashboard's 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,17 +18,45 @@ VISITED_EDGE = "#b45309"
 VISITED_STYLE = f"classDef visited fill:{VISITED_FILL},stroke:{VISITED_EDGE},stroke-width:2px"
 
 
-def mermaid(graph: Any, highlight: Sequence[str] | None = None) -> str:
-    """Mermaid source of a compiled graph; nodes in ``highlight`` (a run's path) are coloured.
+_EDGE_LINE = re.compile(r"^\s*(\w+) (?:-->|-\.->|==>)(?:.*?)? ?(\w+);$")
+_NODE_LINE = re.compile(r"^(\s*)(\w+)\((\w+)\)$")
 
-    Uses LangGraph's ``draw_mermaid()`` (plain text), never ``draw_mermaid_png()``, which calls a
-    web service.
+
+def mermaid(graph: Any, highlight: Sequence[str] | None = None) -> str:
+    """Mermaid source of a compiled graph, with a run's path (``highlight``) drawn on it.
+
+    The nodes the run visited are coloured and carry their visit count (``plan ×3``: a REFINE
+    loop), and the edges it took are drawn thick, so a path that visits every node still shows
+    which way it went (the REFINE edge taken twice, the RE_RETRIEVE edge never). Uses LangGraph's
+    ``draw_mermaid()`` (plain text), never ``draw_mermaid_png()``, which calls a web service.
+
+    >>> from crag_lab import Lab
+    >>> from crag_lab.testing import StaticTool
+    >>> text = mermaid(Lab([StaticTool("vector_search", [])]).graph(), ["analyze_and_route", "synthesize"])
+    >>> "analyze_and_route(analyze_and_route)" in text, "linkStyle" in text
+    (True, True)
     """
     text = graph.get_graph().draw_mermaid().rstrip()
-    if highlight:
-        visited = ",".join(dict.fromkeys(highlight))
-        text += f"\n\t{VISITED_STYLE}\n\tclass {visited} visited;\n"
-    return text
+    if not highlight:
+        return text
+    visits = Counter(highlight)
+    steps = set(zip(["__start__", *highlight], [*highlight, "__end__"], strict=True))
+    lines, taken, edge = [], [], 0
+    for line in text.splitlines():
+        node = _NODE_LINE.match(line)
+        if node and visits.get(node.group(2), 0) > 1:
+            line = f"{node.group(1)}{node.group(2)}({node.group(3)} ×{visits[node.group(2)]})"
+        found = _EDGE_LINE.match(line)
+        if found:
+            if (found.group(1), found.group(2)) in steps:
+                taken.append(str(edge))
+            edge += 1
+        lines.append(line)
+    visited = ",".join(visits)
+    lines += [f"\t{VISITED_STYLE}", f"\tclass {visited} visited;"]
+    if taken:
+        lines.append(f"\tlinkStyle {','.join(taken)} stroke:{VISITED_EDGE},stroke-width:3px;")
+    return "\n".join(lines) + "\n"
 
 
 def ascii_art(graph: Any) -> str:

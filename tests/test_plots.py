@@ -159,3 +159,25 @@ def test_graph_path_highlights_the_nodes_and_edges_a_run_took() -> None:
     assert drawn.edges[("grade_evidence", "plan")].arrow_patch.get_linewidth() == bold
     assert drawn.edges[("analyze_and_route", "synthesize")].arrow_patch.get_linewidth() == thin
     assert drawn.title.get_text() == "refined"
+
+
+def test_mermaid_path_marks_visit_counts_and_only_the_edges_taken() -> None:
+    import re
+
+    from crag_lab.drawing import mermaid
+    from crag_lab.graph import build_graph
+    from crag_lab.testing import ScriptedLLM
+
+    graph = build_graph(ScriptedLLM({}), [])
+    refined = ["analyze_and_route", "plan", "tool_exec", "grade_evidence", "plan", "tool_exec", "grade_evidence",
+               "synthesize"]
+    text = mermaid(graph, refined)
+    assert "plan(plan ×2)" in text and "synthesize(synthesize)" in text
+    edges = re.findall(r"^\s*(\w+) (?:-->|-\.->) (\w+);$", text, flags=re.MULTILINE)
+    styled = re.search(r"linkStyle ([\d,]+) stroke", text)
+    assert styled is not None
+    taken = {edges[int(i)] for i in styled.group(1).split(",")}
+    assert ("grade_evidence", "plan") in taken  # the REFINE loop
+    assert ("grade_evidence", "analyze_and_route") not in taken  # RE_RETRIEVE never happened
+    assert ("__start__", "analyze_and_route") in taken and ("synthesize", "__end__") in taken
+    assert "linkStyle" not in mermaid(graph) and "visited" not in mermaid(graph)
