@@ -22,7 +22,7 @@ The final model is fitted on everything and written to ``crag_lab/_data/grader_c
     .venv/bin/python bench/fit_grader.py             # fit, report, write the JSON
     .venv/bin/python bench/fit_grader.py --no-write  # report only
 
-Vectors are cached in ``.cache/grader/vectors.npz`` (git-ignored). Needs scikit-learn (dev extra).
+Vectors are kept in ``.cache/grader/vectors.sqlite`` (a `GroupStore`; git-ignored). Needs scikit-learn (dev extra).
 Skips cleanly when ../shared/datasets is absent (then the KB domain alone is fitted and reported).
 """
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import sys
 from collections.abc import Sequence
@@ -48,39 +47,12 @@ from crag_lab.offline.vectors import VectorCache  # noqa: E402
 DATASETS = ROOT.parent / "shared" / "datasets"
 HOTPOT = DATASETS / "hotpotqa_distractor_dev250"
 KB_QUERIES = ROOT / "data" / "kb_queries.jsonl"
-CACHE = ROOT / ".cache" / "grader" / "vectors.npz"
+CACHE = ROOT / ".cache" / "grader" / "vectors.sqlite"
 OUT = ROOT / "crag_lab" / "_data" / "grader_calibration.json"
 PER_TOOL = 8
 FOLDS = 5
 C = 1.0
 CLIP = (0.5, 99.5)
-
-
-class PersistentCache(VectorCache):
-    """A `VectorCache` whose vectors survive between runs (keyed by a hash of the text)."""
-
-    def load(self, path: Path) -> None:
-        if path.exists():
-            data = np.load(path, allow_pickle=False)
-            self._known = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
-        else:
-            self._known = {}
-
-    def texts(self, texts: Sequence[str]) -> np.ndarray:
-        hits = [t for t in texts if t not in self._vectors and _digest(t) in self._known]
-        if hits:
-            self.add(hits, np.vstack([self._known[_digest(t)] for t in hits]))
-        return super().texts(texts)
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        known = dict(self._known)
-        known.update({_digest(t): v for t, v in self._vectors.items()})
-        np.savez(path, keys=np.asarray(list(known)), vectors=np.vstack(list(known.values())))
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -223,15 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="report only; leave the calibration JSON alone")
     args = parser.parse_args(argv)
-    cache = PersistentCache()
-    cache.load(CACHE)
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    cache = VectorCache(store=CACHE, model_name="sentence-transformers/all-MiniLM-L6-v2")
     groups = kb_groups()
     if HOTPOT.exists():
         groups += hotpot_groups()
     else:
         print(f"skipping HotpotQA: {HOTPOT} not found (fitting on the KB domain alone)")
     x, y, g, d = extract(groups, cache)
-    cache.save(CACHE)
     p = out_of_fold(x, y, g, d)
     cv = {dom: report(y[d == dom], p[d == dom]) for dom in np.unique(d).tolist()}
     cv["pooled"] = report(y, p)
