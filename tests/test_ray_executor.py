@@ -194,13 +194,16 @@ def test_crag_lab_eval_ray_hands_a_ray_executor_to_evaluate(
 
     seen: dict[str, Any] = {}
 
+    class Stop(Exception):
+        pass
+
     def fake_evaluate(lab: Any, dataset: Any, modes: Any, **kwargs: Any) -> Any:
         seen.update(kwargs)
-        raise KeyboardInterrupt  # stop here: what matters is what evaluate was given
+        raise Stop  # stop here: what matters is what evaluate was given
 
     monkeypatch.setattr(crag_lab.lab.Lab, "from_directory", classmethod(lambda cls, *a, **k: None))
     monkeypatch.setattr(crag_lab.eval.runner, "evaluate", fake_evaluate)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Stop):
         main(["eval", "--dataset", str(kb_dir.parent / "questions.jsonl"), "--kb", str(kb_dir), "--no-progress", *flags])
     executor = seen["executor"]
     if address is None:
