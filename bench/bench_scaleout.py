@@ -26,7 +26,7 @@ from typing import Any
 
 from _common import KB, SCRATCH, emit, load_average, load_rows, log, parse_args, ratio, stratified, summary
 
-QUESTIONS = 40
+QUESTIONS = 24
 
 
 def comparable(record: dict[str, Any]) -> dict[str, Any]:
