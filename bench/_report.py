@@ -484,9 +484,37 @@ def section_frontier(fr: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def section_scaleout(so: Mapping[str, Any]) -> str:
+    t, r, vs = so["throughput"], so["ratios"], so["vector_stores"]
+    names = {"local": "local (this process)", "ray_1": "Ray, 1 worker", "ray_2": "Ray, 2 workers"}
+    out = ["## 9. Scale-out: Ray and Qdrant\n",
+           f"`bench/bench_scaleout.py`: {t['local']['questions']} stratified questions of `data/kb_queries.jsonl`, "
+           f"offline model, on `{so['kb']}`, each contender cold; {so['cpus']} CPUs shared by everything on the "
+           f"machine (load average {so['load_average_before'][0]} → {so['load_average_after'][0]}). `ray.init` "
+           f"(local, 2 CPUs, no dashboard): **{f(so['ray_init_s'], 1)} s**. Records equal to the local run: "
+           f"{', '.join(f'{k} {f(v)}' for k, v in so['records_equal'].items())}.\n"]
+    out.append(table(["contender", "torch threads", "start-up s", "answering s", "questions/s",
+                      "questions/s with start-up", "questions per worker"],
+                     [[names[k], f(v["threads"]), f(v["startup_s"], 1), f(v["answer_s"], 1),
+                       f(v["questions_per_s"], 3), f(v["questions_per_s_with_startup"], 3),
+                       ", ".join(str(n) for n in v.get("per_worker", [])) or "—"] for k, v in t.items()]))
+    out.append(f"\nRatios (questions/s): 2 workers / 1 worker **{f(r['ray_2_over_ray_1'], 2)}×**; "
+               f"1 worker / local {f(r['ray_1_over_local'], 2)}×; 2 workers / local {f(r['ray_2_over_local'], 2)}×.\n")
+    lat = vs["latency_ms"]
+    out.append(f"FAISS (flat, in memory) against Qdrant ({vs['qdrant_mode']}) on the {vs['chunks']} chunks of the "
+               f"bundled KB: the FAISS index moved into Qdrant in {f(vs['move_into_qdrant_s'], 2)} s without "
+               f"re-embedding; top 10 for each of {vs['questions']} questions × {vs['repeats']} (same query vectors, "
+               f"the store's query only). Recall@10 agreement **{f(vs['recall_at_10_agreement'], 4)}** "
+               f"(lowest {f(vs['min_overlap'], 1)}); target ≥ 0.99: "
+               f"{status(vs['recall_at_10_agreement'] >= 0.99)}.\n")
+    out.append(table(["store", "median ms", "p95 ms", "max ms"],
+                     [[k, f(v["median"], 3), f(v["p95"], 3), f(v["max"], 3)] for k, v in lat.items()]))
+    return "\n".join(out)
+
+
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
             "scale": section_scale, "memory": section_memory, "latency": section_latency,
-            "frontier": section_frontier}
+            "frontier": section_frontier, "scaleout": section_scaleout}
 
 
 def render(results: Mapping[str, Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from typing_extensions import Self
@@ -165,3 +165,32 @@ class CragConfig(BaseSettings):
             "auto_approve_max_items": self.auto_approve_max_items,
             "max_iterations": self.max_iterations,
         }
+
+
+VectorStoreKind = Literal["faiss", "qdrant"]
+
+
+class VectorStoreConfig(BaseSettings):
+    """Where a knowledge base keeps its chunk vectors: arguments > environment (``CRAG_``) > `.env` > defaults.
+
+    ``faiss`` (the default) is a flat FAISS file in the index folder: one process, the corpus in
+    memory. ``qdrant`` is a Qdrant collection through LlamaIndex's ``QdrantVectorStore``: a server
+    or cluster at ``qdrant_url`` (``CRAG_QDRANT_URL``), else Qdrant's embedded local mode in
+    ``qdrant_path`` (default ``<index folder>/qdrant``; ``":memory:"`` keeps it in this process).
+    Both score by cosine over the same unit vectors. Kept apart from `CragConfig`: where vectors
+    live changes no decision, so it is not recorded with experiments.
+
+    >>> VectorStoreConfig(vector_store="qdrant", qdrant_url="http://127.0.0.1:6333").collection_prefix
+    'crag'
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CRAG_", env_file=".env", env_file_encoding="utf-8",
+                                      extra="ignore", frozen=True)
+
+    vector_store: VectorStoreKind = Field("faiss", description="'faiss' (in the index folder) or 'qdrant'.")
+    qdrant_url: str | None = Field(None, description="A Qdrant server or cluster, e.g. http://qdrant:6333.")
+    qdrant_path: str | None = Field(
+        None, description="Embedded local Qdrant folder (default <index folder>/qdrant), or ':memory:'.")
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server, if it needs one.")
+    collection_prefix: str = Field("crag", pattern=r"^[A-Za-z0-9_-]{1,40}$",
+                                   description="Collections are named <prefix>-<index folder id>.")

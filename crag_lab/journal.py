@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -118,57 +118,82 @@ def failed_calls(record: QueryRecord) -> list[str]:
     return [str(u["task"]) for u in record.get("usage", []) if not u.get("ok", True)]
 
 
-def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord], *, concurrency: int = 1,
-             journal: RunJournal | None = None, endpoint: str = "the model") -> list[QueryRecord]:
-    """Answer ``rows`` (those the journal lacks), at most ``concurrency`` at a time; the records in row order.
+AnswerMany = Callable[[Sequence[QueryRow], Callable[[], bool]], Iterator[QueryRecord]]
+"""Answers rows and yields each record as it finishes, in any order; ``stop()`` true means: start
+nothing new, only finish what is in flight. `threaded` is the local one; `crag_lab.ray_executor`
+answers on a Ray actor pool."""
 
-    ``answer`` runs one question. With a journal, each record is written as it finishes, and a
-    question whose model calls all failed raises `ModelUnavailableError` (naming ``endpoint``) after
-    the questions in flight are done.
-    """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    done: dict[str, QueryRecord] = dict(journal.records) if journal is not None else {}
-    todo = [row for row in rows if row["id"] not in done]
-    failures: list[str] = []
 
-    def finish(row: QueryRow, record: QueryRecord) -> None:
-        failed = failed_calls(record)
-        if journal is not None and failed:
-            failures.append(f"{row['id']} ({', '.join(failed)})")
+def threaded(answer: Callable[[QueryRow], QueryRecord], concurrency: int = 1) -> AnswerMany:
+    """`AnswerMany` over ``answer``, one question at a time or ``concurrency`` threads."""
+
+    def answer_many(todo: Sequence[QueryRow], stop: Callable[[], bool]) -> Iterator[QueryRecord]:
+        if concurrency == 1:
+            for row in todo:
+                if stop():
+                    return
+                yield answer(row)
             return
-        if journal is not None:
-            journal.add(record)
-        done[row["id"]] = record
-
-    if concurrency == 1:
-        for row in todo:
-            finish(row, answer(row))
-            if failures:
-                break
-    else:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="crag-run") as pool:
-            pending: dict[Future[QueryRecord], QueryRow] = {}
+            pending: set[Future[QueryRecord]] = set()
             queue = iter(todo)
             try:
                 while True:
-                    while len(pending) < concurrency and not failures and (nxt := next(queue, None)) is not None:
-                        pending[pool.submit(answer, nxt)] = nxt
+                    while len(pending) < concurrency and not stop() and (nxt := next(queue, None)) is not None:
+                        pending.add(pool.submit(answer, nxt))
                     if not pending:
-                        break
-                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        return
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for future in finished:
-                        finish(pending.pop(future), future.result())
-            except BaseException:
+                        yield future.result()
+            finally:  # an exception, or the consumer stopped early: nothing new starts
                 for future in pending:
                     future.cancel()
-                raise
+
+    return answer_many
+
+
+def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord] | None = None, *,
+             concurrency: int = 1, journal: RunJournal | None = None, endpoint: str = "the model",
+             answer_many: AnswerMany | None = None) -> list[QueryRecord]:
+    """Answer ``rows`` (those the journal lacks), at most ``concurrency`` at a time; the records in row order.
+
+    ``answer`` runs one question (on ``concurrency`` threads); ``answer_many`` instead answers the
+    rows the journal lacks its own way (a Ray actor pool). With a journal, each record is written
+    as it finishes, and a question whose model calls all failed raises `ModelUnavailableError`
+    (naming ``endpoint``) after the questions in flight are done.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if answer_many is None:
+        if answer is None:
+            raise TypeError("run_rows needs answer (one question) or answer_many (many)")
+        answer_many = threaded(answer, concurrency)
+    done: dict[str, QueryRecord] = dict(journal.records) if journal is not None else {}
+    todo = [row for row in rows if row["id"] not in done]
+    wanted = {row["id"] for row in todo}
+    failures: list[str] = []
+    for record in answer_many(todo, lambda: bool(failures)):
+        query_id = str(record["id"])
+        if query_id not in wanted:
+            raise RuntimeError(f"an answer came back for {query_id!r}, which was not asked in this run")
+        failed = failed_calls(record)
+        if journal is not None and failed:
+            failures.append(f"{query_id} ({', '.join(failed)})")
+            continue
+        if journal is not None:
+            journal.add(record)
+        done[query_id] = record
     if failures:
         raise ModelUnavailableError(
             f"model calls to {endpoint} failed on every attempt for {len(failures)} question(s): "
             f"{'; '.join(failures[:5])}. Nothing was recorded for them; {len(done)} finished question(s) are "
             "kept in the journal. Check that the server is up, then run the same command again to resume.")
+    missing = [row["id"] for row in rows if row["id"] not in done]
+    if missing:
+        raise RuntimeError(f"no answer came back for {len(missing)} question(s): {missing[:5]}")
     return [done[row["id"]] for row in rows]
 
 
-__all__ = ["JournalMismatchError", "ModelUnavailableError", "RunJournal", "failed_calls", "run_rows"]
+__all__ = ["AnswerMany", "JournalMismatchError", "ModelUnavailableError", "RunJournal", "failed_calls", "run_rows",
+           "threaded"]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from crag_lab._text import check_history, check_question, check_questions
 from crag_lab.audit import JsonlSink
 from crag_lab.cache import ResponseCache, with_cache
-from crag_lab.config import CragConfig
+from crag_lab.config import CragConfig, VectorStoreConfig
 from crag_lab.graph import MODES, build_graph, initial_state
 from crag_lab.models import CragModel, as_model
 from crag_lab.records import Mode, QueryRecord, QueryRow, query_rows
@@ -24,9 +25,11 @@ if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from crag_lab.dashboard import Dashboard
+    from crag_lab.journal import AnswerMany
     from crag_lab.kb import KnowledgeBase
+    from crag_lab.ray_executor import Executor
 
-__all__ = ["AskResult", "Lab"]
+__all__ = ["AskResult", "Lab", "LabRecipe"]
 
 
 class Lab:
@@ -61,6 +64,8 @@ class Lab:
                                            cache)
         self.audit_sink = JsonlSink(audit_path) if audit_path else None
         self._graphs: dict[tuple[Mode, CragConfig, bool], CompiledStateGraph] = {}
+        self.recipe: LabRecipe | None = None
+        """How to build this lab again in another process (set by `from_directory`; None otherwise)."""
 
     @classmethod
     def from_directory(
@@ -73,6 +78,7 @@ class Lab:
         remote: bool = True,
         audit_path: str | Path | None = None,
         cache: ResponseCache | str | Path | None = None,
+        vector_store: VectorStoreConfig | None = None,
     ) -> Lab:
         """Index ``path`` (only files that changed since the last build are embedded) and wrap it.
 
@@ -97,6 +103,9 @@ class Lab:
             A response cache (`crag_lab.cache.ResponseCache` or the path of its SQLite file): replies
             are stored by model, task, prompt and generation parameters, so re-running an experiment
             with a real model makes zero calls and gives identical records; default none.
+        vector_store
+            Where the chunk vectors live: FAISS in the index folder (the default) or a Qdrant
+            collection (`crag_lab.config.VectorStoreConfig`; default read from the environment).
         """
         from crag_lab.embeddings import default_embed_model
         from crag_lab.kb import KnowledgeBase
@@ -106,13 +115,17 @@ class Lab:
         config = config or CragConfig()
         check_folder(path)  # a missing or empty folder fails now, not after the seconds a model takes to load
         embed_model = default_embed_model()
-        kb = KnowledgeBase.build(path, embed_model=embed_model, cache_dir=cache_dir)
+        kb = KnowledgeBase.build(path, embed_model=embed_model, cache_dir=cache_dir, vector_store=vector_store)
         tools: list[Tool] = list(kb_tools(kb, top_k=config.top_k))
         if remote:
             from crag_lab.tools.remote import configured_remote_tools
 
             tools += configured_remote_tools()
-        return cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache)
+        lab = cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache)
+        lab.recipe = LabRecipe(str(kb.root), config, llm, str(kb.cache_dir), remote,
+                               None if cache is None or isinstance(cache, ResponseCache) else str(cache),
+                               kb.vector_store)
+        return lab
 
     def graph(self, mode: Mode = "knowledge_base", config: CragConfig | None = None, *,
               shadow_grading: bool = False) -> CompiledStateGraph:
@@ -189,6 +202,7 @@ class Lab:
         progress: bool = False,
         concurrency: int = 1,
         journal: str | Path | None = None,
+        executor: Executor | str | None = None,
     ) -> Experiment:
         """Run a query set and record everything replay and the dashboard need.
 
@@ -214,8 +228,14 @@ class Lab:
             again with the same journal after an interruption and only the questions it lacks are
             asked. With a journal, a question whose model calls all fail (a dead server) stops the
             run with `crag_lab.journal.ModelUnavailableError` instead of recording a degraded answer.
+        executor
+            None (this process) or where else to answer: ``"ray"`` (a local Ray, or the cluster in
+            ``RAY_ADDRESS``), a Ray address such as ``"ray://head:10001"``, or a
+            `crag_lab.ray_executor.RayExecutor`, which shards the questions over workers that each
+            rebuild this lab once; the records are the same and in the same order. Needs a lab made
+            by `from_directory`.
         """
-        from crag_lab.journal import RunJournal, run_rows
+        from crag_lab.journal import RunJournal, run_rows, threaded
 
         config = config or self.config
         rows = query_rows(queries)
@@ -229,18 +249,27 @@ class Lab:
             bar = tqdm(total=len(rows), initial=len(book or ()), desc="queries", unit="q")
 
         def answer(row: QueryRow) -> QueryRecord:
-            result = self.ask(row["question"], mode=mode, config=config, shadow_grading=shadow_grading)
-            if bar is not None:
-                bar.update(1)
-            return result.to_record(row["id"], labels=row["labels"])
+            return self.record(row, config=config, mode=mode, shadow_grading=shadow_grading)
 
+        many = None
+        if executor is not None:
+            from crag_lab.ray_executor import resolve_executor
+
+            many = resolve_executor(executor).answer_many(self, config=config, mode=mode, shadow_grading=shadow_grading)
         try:
-            records = run_rows(rows, answer, concurrency=concurrency, journal=book, endpoint=endpoint)
+            records = run_rows(rows, answer, concurrency=concurrency, journal=book, endpoint=endpoint,
+                               answer_many=_counted(many or threaded(answer, concurrency), bar))
         finally:
             if bar is not None:
                 bar.close()
         return Experiment(config, records, {"model": self.model.name, "mode": mode, "shadow_grading": shadow_grading,
                                             "tools": list(self.tools)})
+
+    def record(self, row: QueryRow, *, config: CragConfig | None = None, mode: Mode = "knowledge_base",
+               shadow_grading: bool = True) -> QueryRecord:
+        """Answer one row of a query set (`crag_lab.records.query_rows`) as the record `run` keeps."""
+        result = self.ask(row["question"], mode=mode, config=config, shadow_grading=shadow_grading)
+        return result.to_record(row["id"], labels=row["labels"])
 
     def rerun(self, query: str, config: CragConfig | Mapping[str, Any]) -> AskResult:
         """Run the real graph for one query at another config (what replay cannot know)."""
@@ -300,4 +329,38 @@ class Lab:
     def __repr__(self) -> str:
         kb = f"kb={str(self.kb.root)!r}, " if self.kb is not None else ""
         return f"Lab({kb}model={self.model.name!r}, tools={list(self.tools)}, config={self.config!r})"
+
+
+@dataclass(frozen=True)
+class LabRecipe:
+    """The arguments `Lab.from_directory` was given: calling it builds the same lab again.
+
+    Picklable, so a worker process (a Ray actor) can rebuild the lab it answers for: it reloads
+    the persisted index of the same folder (embedding nothing when no file changed).
+    """
+
+    kb: str
+    config: CragConfig
+    llm: Any = None
+    cache_dir: str | None = None
+    remote: bool = True
+    cache: str | None = None
+    vector_store: VectorStoreConfig | None = None
+
+    def __call__(self) -> Lab:
+        return Lab.from_directory(self.kb, config=self.config, llm=self.llm, cache_dir=self.cache_dir,
+                                  remote=self.remote, cache=self.cache, vector_store=self.vector_store)
+
+
+def _counted(many: AnswerMany, bar: Any) -> AnswerMany:
+    """``many``, moving a progress bar on by one for each record (no bar: ``many`` itself)."""
+    if bar is None:
+        return many
+
+    def counted(todo: Sequence[QueryRow], stop: Callable[[], bool]) -> Iterator[QueryRecord]:
+        for record in many(todo, stop):
+            bar.update(1)
+            yield record
+
+    return counted
 

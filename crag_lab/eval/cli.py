@@ -53,6 +53,11 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="schema-constrained JSON for analyze, plan and grade (default auto: where supported)")
     p.add_argument("--cache", help="a response cache (SQLite file): a re-run makes no model call twice")
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once (default 1)")
+    scale = p.add_argument_group("scale out on Ray (pip install 'crag-lab[scale]')")
+    scale.add_argument("--ray", nargs="?", const="ray", metavar="ADDRESS",
+                       help="shard the questions over Ray workers: alone, a local Ray (or RAY_ADDRESS); with an "
+                            "address ('auto', 'ray://HEAD:10001', 'HEAD:6379'), that cluster")
+    scale.add_argument("--workers", type=int, help="Ray workers (default: every CPU of the cluster)")
     p.add_argument("--journal-dir", default=".cache/eval/journal",
                    help="where unfinished runs are journaled; run the same command again to resume (default "
                         ".cache/eval/journal)")
@@ -100,9 +105,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         llm = LlamaIndexModel(openai_compatible(args.api_base, args.model, api_key=os.environ.get(args.api_key_env),
                                                 timeout_s=args.timeout, chat=not args.completions),
                               structured=args.structured)
+    executor = None
+    if args.ray:
+        from crag_lab.ray_executor import RayExecutor, resolve_executor
+
+        resolve_executor(args.ray)  # an address that is not one fails now, before the model loads
+        executor = RayExecutor(None if args.ray == "ray" else args.ray, workers=args.workers)
     lab = Lab.from_directory(kb, config=config, llm=llm, remote=False, cache=args.cache)
-    ev = evaluate(lab, dataset, _modes(args.mode), config=config, progress=progress, concurrency=args.concurrency,
-                  journal_dir=args.journal_dir)
+    try:
+        ev = evaluate(lab, dataset, _modes(args.mode), config=config, progress=progress,
+                      concurrency=args.concurrency, journal_dir=args.journal_dir, executor=executor)
+    finally:
+        if executor is not None:
+            executor.close()
     cache = getattr(lab.model, "cache", None)
     if cache is not None:
         print(f"response cache {args.cache}: {cache.stats()}", file=sys.stderr)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from crag_lab.lab import Lab
+    from crag_lab.ray_executor import Executor
 
 EVAL_MODES: tuple[str, ...] = ("knowledge_base", "normal", "naive_rag", "per_item_grading")
 """Modes `evaluate` runs. ``per_item_grading`` is the baseline of LangGraph's and LlamaIndex's CRAG
@@ -349,6 +350,7 @@ def evaluate(
     progress: bool = False,
     concurrency: int = 1,
     journal_dir: str | Path | None = None,
+    executor: Executor | str | None = None,
 ) -> Evaluation:
     """Run ``dataset`` through ``lab`` once per mode and score every run against the labels.
 
@@ -375,20 +377,34 @@ def evaluate(
         Where each mode's run journal lives while it runs (``<dataset>-<mode>.journal.jsonl``,
         `crag_lab.journal`): an interrupted evaluation started again asks only the questions it
         lacks. A mode's journal is removed once that mode has finished.
+    executor
+        None answers here; ``"ray"``, a Ray address or a `crag_lab.ray_executor.RayExecutor`
+        shards the questions over Ray workers (`Lab.run`), with the same records in the same
+        order. One actor pool serves every mode; one made here from a string is stopped at the end.
     """
     base = config or lab.config
     experiments: dict[str, Experiment] = {}
     configs: dict[str, CragConfig] = {}
     rows = dataset.rows()
-    for mode in dict.fromkeys(modes):
-        graph_mode, cfg = mode_setup(mode, base)
-        if progress:
-            print(f"{dataset.name}: {mode} ({len(rows)} queries)", flush=True)
-        journal = Path(journal_dir) / f"{dataset.name}-{mode}.journal.jsonl" if journal_dir is not None else None
-        exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=shadow_grading, progress=progress,
-                      concurrency=concurrency, journal=journal)
-        if journal is not None:
-            journal.unlink(missing_ok=True)
-        exp.meta["eval_mode"] = mode
-        experiments[mode], configs[mode] = exp, cfg
+    owned = None
+    if isinstance(executor, str):
+        from crag_lab.ray_executor import resolve_executor
+
+        executor = owned = resolve_executor(executor)
+    try:
+        for mode in dict.fromkeys(modes):
+            graph_mode, cfg = mode_setup(mode, base)
+            if progress:
+                print(f"{dataset.name}: {mode} ({len(rows)} queries)", flush=True)
+            journal = Path(journal_dir) / f"{dataset.name}-{mode}.journal.jsonl" if journal_dir is not None else None
+            exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=shadow_grading, progress=progress,
+                          concurrency=concurrency, journal=journal, executor=executor)
+            if journal is not None:
+                journal.unlink(missing_ok=True)
+            exp.meta["eval_mode"] = mode
+            experiments[mode], configs[mode] = exp, cfg
+    finally:
+        close = getattr(owned, "close", None)
+        if close is not None:
+            close()
     return Evaluation.from_experiments(dataset, experiments, configs)

@@ -1,9 +1,11 @@
-"""The index on disk: a LlamaIndex ``VectorStoreIndex`` on FAISS, a manifest, and atomic swaps.
+"""The index on disk: a LlamaIndex ``VectorStoreIndex`` (FAISS, or Qdrant), a manifest, and atomic swaps.
 
 Layout of the index folder (``cache_dir``, by default ``<root>/.crag_index/``)::
 
     CURRENT                 one line: the name of the live index folder
     index-<random>/         manifest.json + LlamaIndex's docstore/index store + the FAISS file
+                            (or, for Qdrant, a ``vector_store`` entry in the manifest naming the collection)
+    qdrant/                 embedded local Qdrant, when that is where the vectors are
     .tmp-*                  a build in progress, or the leftovers of a killed one
 
 `write_index` writes a complete new ``index-*`` folder (first as ``.tmp-*``), then replaces
@@ -28,7 +30,9 @@ import numpy as np
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 
+from crag_lab.config import VectorStoreConfig
 from crag_lab.kb import _embedding
+from crag_lab.kb._backends import VectorBackend, stored_backend
 from crag_lab.kb._chunking import Chunk, ChunkSettings
 from crag_lab.kb._embedding import UnitEmbedding
 from crag_lab.kb._errors import IndexCorruptError, IndexMissingError
@@ -137,20 +141,23 @@ class Stored:
     manifest: dict[str, Any]
     index: VectorStoreIndex
     chunks: list[Chunk]
+    backend: VectorBackend
 
     def vectors(self) -> np.ndarray:
-        faiss_index = self.index.vector_store.client  # type: ignore[attr-defined]
-        return np.asarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
+        """Every chunk's vector, in manifest order (``chunks`` order)."""
+        return self.backend.vectors(self.index, _chunk_ids(self.manifest))
 
 
 def cache_path(root: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     return Path(cache_dir).expanduser().resolve() if cache_dir is not None else root / INDEX_DIRNAME
 
 
-def read_stored(root: Path, cache: Path, embed: UnitEmbedding) -> Stored:
-    """Read the live index; ``IndexMissingError`` or ``IndexCorruptError`` if that is impossible."""
-    from llama_index.vector_stores.faiss import FaissVectorStore
+def read_stored(root: Path, cache: Path, embed: UnitEmbedding, vector_store: VectorStoreConfig | None = None) -> Stored:
+    """Read the live index; ``IndexMissingError`` or ``IndexCorruptError`` if that is impossible.
 
+    Its manifest says where the vectors are (`crag_lab.kb._backends`); a Qdrant ``vector_store``
+    config may say where that server is now.
+    """
     pointer = cache / _CURRENT
     if not pointer.is_file():
         raise IndexMissingError(f"no index for knowledge base {str(root)!r} in {str(cache)!r}: {_rebuild_hint(root)}")
@@ -161,29 +168,23 @@ def read_stored(root: Path, cache: Path, embed: UnitEmbedding) -> Stored:
         folder = cache / name
         manifest_path = folder / _MANIFEST
         manifest = check_manifest(json.loads(manifest_path.read_text(encoding="utf-8")))
-        store = FaissVectorStore.from_persist_dir(str(folder))
+        backend = stored_backend(manifest.get("vector_store"), cache, vector_store)
+        store = backend.load_store(folder)
         context = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
         index = load_index_from_storage(context, embed_model=embed)
         if not isinstance(index, VectorStoreIndex):
             raise ValueError("the stored index is not a VectorStoreIndex")
         ids = _chunk_ids(manifest)
-        faiss_index = store.client
-        if faiss_index.ntotal != len(ids) or faiss_index.d != manifest["embedding"]["dim"]:
-            raise ValueError(
-                f"the FAISS file holds {faiss_index.ntotal} vectors of dimension {faiss_index.d}, "
-                f"the manifest lists {len(ids)} chunks of dimension {manifest['embedding']['dim']}"
-            )
-        if index.index_struct.nodes_dict != {str(i): cid for i, cid in enumerate(ids)}:
-            raise ValueError("the vector positions do not match the manifest's chunk ids")
+        backend.check(index, ids, manifest["embedding"]["dim"])
         chunks = [chunk_of(node) for node in index.docstore.get_nodes(ids)]
-    except IndexMissingError:
+    except (IndexMissingError, ImportError):
         raise
     except Exception as exc:  # any unreadable piece means the folder cannot be trusted
         raise IndexCorruptError(
             f"the index of knowledge base {str(root)!r} in {str(cache)!r} is unreadable "
             f"({type(exc).__name__}: {exc}); {_rebuild_hint(root)} to repair it"
         ) from exc
-    return Stored(folder, manifest, index, chunks)
+    return Stored(folder, manifest, index, chunks, backend)
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -195,21 +196,24 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def write_index(
-    cache: Path, nodes: list[TextNode], manifest: dict[str, Any], embed: UnitEmbedding
+    cache: Path, nodes: list[TextNode], manifest: dict[str, Any], embed: UnitEmbedding, backend: VectorBackend
 ) -> tuple[Path, VectorStoreIndex]:
-    """Persist a complete index folder beside the live one, then make it live atomically."""
-    import faiss
-    from llama_index.vector_stores.faiss import FaissVectorStore
-
+    """Persist a complete index folder beside the live one (its vectors where ``backend`` keeps them),
+    then make it live atomically."""
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=cache))
+    folder_id = uuid.uuid4().hex[:16]
     try:
-        store = FaissVectorStore(faiss_index=faiss.IndexFlatIP(manifest["embedding"]["dim"]))
+        store = backend.new_store(manifest["embedding"]["dim"], folder_id)
         context = StorageContext.from_defaults(vector_store=store)
-        index = VectorStoreIndex(nodes, storage_context=context, embed_model=embed)
+        # The docstore keeps every node even where the vector store holds text too (Qdrant): chunks and BM25 read it.
+        index = VectorStoreIndex(nodes, storage_context=context, embed_model=embed, store_nodes_override=True)
         context.persist(persist_dir=str(tmp))
+        entry = backend.entry()
+        if entry is not None:
+            manifest["vector_store"] = entry
         _write_json(tmp / _MANIFEST, manifest)
-        folder = cache / f"{_INDEX_PREFIX}{uuid.uuid4().hex[:16]}"
+        folder = cache / f"{_INDEX_PREFIX}{folder_id}"
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -228,8 +232,11 @@ def swap_current(cache: Path, name: str) -> None:
     os.replace(tmp, cache / _CURRENT)
 
 
-def cleanup(cache: Path, keep: str) -> None:
-    """Remove old index folders and the leftovers of killed builds; other files are left alone."""
+def cleanup(cache: Path, keep: str, backend: VectorBackend | None = None) -> None:
+    """Remove old index folders and the leftovers of killed builds (and their Qdrant collections);
+    other files are left alone."""
+    if backend is not None:
+        backend.drop_others(getattr(backend, "collection", None))
     if not cache.is_dir():
         return
     for entry in cache.iterdir():
@@ -242,11 +249,11 @@ def cleanup(cache: Path, keep: str) -> None:
 
 
 def previous_index(
-    root: Path, cache: Path, embed: UnitEmbedding, settings: ChunkSettings
+    root: Path, cache: Path, embed: UnitEmbedding, settings: ChunkSettings, vector_store: VectorStoreConfig | None = None
 ) -> tuple[Stored | None, str | None]:
-    """The live index and why it cannot be reused (None: reusable)."""
+    """The live index and why its vectors cannot be reused (None: reusable)."""
     try:
-        previous = read_stored(root, cache, embed)
+        previous = read_stored(root, cache, embed, vector_store)
     except IndexMissingError:
         return None, "no previous index"
     except IndexCorruptError as exc:

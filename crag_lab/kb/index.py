@@ -26,6 +26,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode
 
+from crag_lab.config import VectorStoreConfig
+from crag_lab.kb._backends import FaissVectors, VectorBackend, build_backend, same_place
 from crag_lab.kb._chunking import Chunk, ChunkSettings
 from crag_lab.kb._documents import chunk_changed, file_digests, replacement_warning
 from crag_lab.kb._embedding import UnitEmbedding, unit_embedding
@@ -89,8 +91,12 @@ class KnowledgeBase:
         chunks: list[Chunk],
         embed_model: UnitEmbedding,
         build_report: BuildReport | None = None,
+        vector_store: VectorStoreConfig | None = None,
+        backend: VectorBackend | None = None,
     ) -> None:
         """Internal: use ``KnowledgeBase.build`` or ``KnowledgeBase.load``."""
+        self.vector_store = vector_store
+        self._backend: VectorBackend = backend or FaissVectors()
         self.root = root
         self.cache_dir = cache_dir
         self.chunks = chunks
@@ -111,6 +117,7 @@ class KnowledgeBase:
         *,
         embed_model: BaseEmbedding | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        vector_store: VectorStoreConfig | None = None,
     ) -> KnowledgeBase:
         """Load the persisted index of ``root`` without embedding anything.
 
@@ -140,6 +147,8 @@ class KnowledgeBase:
             manifest=stored.manifest,
             chunks=stored.chunks,
             embed_model=embed,
+            vector_store=vector_store,
+            backend=stored.backend,
         )
 
     @classmethod
@@ -150,6 +159,7 @@ class KnowledgeBase:
         embed_model: BaseEmbedding | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_settings: ChunkSettings | None = None,
+        vector_store: VectorStoreConfig | None = None,
     ) -> KnowledgeBase:
         """Build or update the index of ``root`` and return the knowledge base, loaded.
 
@@ -158,6 +168,10 @@ class KnowledgeBase:
         other chunk settings than the stored index's, or an unreadable index, mean a full
         rebuild. ``build_report`` says what happened. Raises ``EmptyKnowledgeBaseError`` if no
         file has any text.
+
+        ``vector_store`` says where the vectors go (`crag_lab.config.VectorStoreConfig`: FAISS in
+        the index folder, or a Qdrant collection; default from the environment). Moving an index
+        from one to the other re-embeds nothing: the stored vectors are copied.
 
         >>> kb = KnowledgeBase.build("docs")  # doctest: +SKIP
         >>> kb.build_report["chunks_embedded"], kb.build_report["chunks_reused"]  # doctest: +SKIP
@@ -169,19 +183,22 @@ class KnowledgeBase:
         settings = chunk_settings or ChunkSettings()
         embed = unit_embedding(embed_model)
 
+        backend = build_backend(vector_store, cache)
         digests, warnings = file_digests(base, cache)
-        previous, reason = previous_index(base, cache, embed, settings)
+        previous, reason = previous_index(base, cache, embed, settings, vector_store)
         old_files: dict[str, Any] = previous.manifest["files"] if previous is not None else {}
         reusable: dict[str, Any] = old_files if reason is None else {}
         unchanged = {p for p, sha in digests.items() if p in reusable and reusable[p]["sha256"] == sha}
         removed = sorted(set(old_files) - set(digests))
 
-        if previous is not None and reason is None and unchanged == set(digests) and not removed:
+        if (previous is not None and reason is None and unchanged == set(digests) and not removed
+                and same_place(previous.backend, backend)):
             warnings += [replacement_warning(p) for p in digests if old_files[p].get("decoded_with_replacement")]
-            cleanup(cache, keep=previous.folder.name)
+            cleanup(cache, keep=previous.folder.name, backend=previous.backend)
             report = _report(started, digests, 0, 0, previous.chunks, 0, warnings, None)
             return cls(root=base, cache_dir=cache, index=previous.index, manifest=previous.manifest,
-                       chunks=previous.chunks, embed_model=embed, build_report=report)
+                       chunks=previous.chunks, embed_model=embed, build_report=report, vector_store=vector_store,
+                       backend=previous.backend)
 
         old_chunks = previous.chunks if previous is not None else []
         files, chunks = chunk_changed(base, digests, unchanged, reusable, old_chunks, settings, warnings)
@@ -192,15 +209,17 @@ class KnowledgeBase:
             "chunking": settings.as_dict(),
             "files": files,
         }
-        folder, index = write_index(cache, nodes, manifest, embed)
-        cleanup(cache, keep=folder.name)
+        folder, index = write_index(cache, nodes, manifest, embed, backend)
+        cleanup(cache, keep=folder.name, backend=backend)
+        if previous is not None and not same_place(previous.backend, backend):
+            previous.backend.drop_others(None)  # moved to another store: the old one holds nothing live
         for node in nodes:  # the vectors live in FAISS now
             node.embedding = None
         warnings.sort(key=lambda w: w["path"])
         changed = len(set(files) - unchanged)
         report = _report(started, files, changed, len(removed), chunks, embedded, warnings, reason)
         return cls(root=base, cache_dir=cache, index=index, manifest=manifest, chunks=chunks, embed_model=embed,
-                   build_report=report)
+                   build_report=report, vector_store=vector_store, backend=backend)
 
     # -- what is indexed -------------------------------------------------------------------
 
@@ -220,17 +239,14 @@ class KnowledgeBase:
         return self._index
 
     def passage_vectors(self) -> tuple[list[str], np.ndarray]:
-        """Each chunk's embedded text (path, title, lines) and the vector FAISS holds for it.
+        """Each chunk's embedded text (path, title, lines) and the vector the index holds for it (FAISS or Qdrant).
 
         Nothing is encoded. The offline model seeds its vector cache with these, so grading or
         quoting a retrieved chunk costs no model time.
         """
-        faiss_index = self._index.vector_store.client  # type: ignore[attr-defined]
-        vectors = np.asarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
-        by_id = {chunk.id: chunk for chunk in self.chunks}
-        positions = sorted(self._index.index_struct.nodes_dict.items(), key=lambda kv: int(kv[0]))
-        keys = [text_node(by_id[node_id]).get_content(metadata_mode=MetadataMode.EMBED) for _, node_id in positions]
-        return keys, vectors[[int(pos) for pos, _ in positions]]
+        vectors = self._backend.vectors(self._index, [chunk.id for chunk in self.chunks])
+        keys = [text_node(chunk).get_content(metadata_mode=MetadataMode.EMBED) for chunk in self.chunks]
+        return keys, vectors
 
     def title(self, path: str) -> str:
         """The title of an indexed file: its first H1, else its stem."""

@@ -1,0 +1,213 @@
+"""Answer a query set on a Ray cluster: a pool of actors, each holding one lab, answering shards.
+
+Nothing here imports Ray until a run asks for it (``executor="ray"``), so the default, local path
+never loads it. `RayExecutor` starts (or joins) Ray, creates ``workers`` actors, and each actor
+rebuilds the driver's lab once from its `crag_lab.lab.LabRecipe` (the same folder, config and
+model: `Lab.from_directory` reloads the persisted index and embeds nothing). Questions go out in
+small shards through Ray's ``ActorPool``; records come back as each shard finishes and
+`crag_lab.journal.run_rows` writes them to the run's journal and puts them back in dataset order.
+
+Faults are Ray's: actors are created with ``max_restarts`` and ``max_task_retries``, so a worker
+that dies (killed, out of memory, its node lost) is restarted, rebuilds its lab, and the shard it
+held is asked again. A run that is interrupted keeps every finished shard in its journal; run it
+again with the same journal and only the missing questions are asked.
+
+>>> from crag_lab.ray_executor import resolve_executor
+>>> resolve_executor("ray://head:10001").address
+'ray://head:10001'
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+from crag_lab.config import CragConfig
+from crag_lab.journal import AnswerMany
+from crag_lab.records import Mode, QueryRecord, QueryRow
+
+__all__ = ["Executor", "RayExecutor", "resolve_executor"]
+
+INSTALL_HINT = "pip install 'crag-lab[scale]' (or: pip install ray)"
+_ADDRESS = re.compile(r"^(auto|local|ray://\S+|[\w.\-]+:\d+)$")
+
+
+class Executor(Protocol):
+    """Where `Lab.run` answers the questions a journal lacks (see `crag_lab.journal.AnswerMany`)."""
+
+    def answer_many(self, lab: Any, *, config: CragConfig, mode: Mode, shadow_grading: bool) -> AnswerMany: ...
+
+
+def resolve_executor(spec: Executor | str) -> Executor:
+    """An executor from what a user wrote: ``"ray"``, a Ray address, or an executor object.
+
+    ``"ray"`` joins the cluster named by ``RAY_ADDRESS`` or starts a local Ray; an address
+    (``"auto"``, ``"ray://head:10001"``, ``"10.0.0.5:6379"``) joins that cluster.
+
+    >>> resolve_executor("ray").address is None
+    True
+    >>> resolve_executor("threads")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown executor 'threads'; use 'ray', a Ray address ('auto', 'ray://HOST:10001', 'HOST:6379') or a RayExecutor
+    """
+    if not isinstance(spec, str):
+        if not callable(getattr(spec, "answer_many", None)):
+            raise TypeError(f"an executor needs an answer_many method; got {type(spec).__name__}")
+        return spec
+    if spec == "ray":
+        return RayExecutor()
+    if _ADDRESS.match(spec):
+        return RayExecutor(address=spec)
+    raise ValueError(f"unknown executor {spec!r}; use 'ray', a Ray address ('auto', 'ray://HOST:10001', "
+                     "'HOST:6379') or a RayExecutor")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f"executor='ray' needs Ray: {INSTALL_HINT}") from exc
+    return ray
+
+
+class LabWorker:
+    """What each Ray actor holds: one lab, built once, answering shards of questions."""
+
+    def __init__(self, recipe: Callable[[], Any]) -> None:
+        self.lab = recipe()
+        self.answered: list[str] = []
+
+    def answer(self, rows: Sequence[QueryRow], config: CragConfig, mode: Mode, shadow_grading: bool) -> list[QueryRecord]:
+        records = [self.lab.record(row, config=config, mode=mode, shadow_grading=shadow_grading) for row in rows]
+        self.answered += [row["id"] for row in rows]
+        return records
+
+    def status(self) -> dict[str, Any]:
+        """This worker's process id and the ids it answered since it (re)started."""
+        return {"pid": os.getpid(), "answered": list(self.answered)}
+
+
+class RayExecutor:
+    """Shards questions over a pool of Ray actors, each holding the lab rebuilt from its recipe.
+
+    Parameters
+    ----------
+    address
+        A Ray cluster to join (``"auto"``, ``"ray://head:10001"``, ``"head:6379"``); None joins the
+        one in ``RAY_ADDRESS`` or starts a local Ray. If Ray is already initialised in this
+        process, that is used as it is.
+    workers
+        Actors in the pool, one CPU each; default every CPU the cluster has.
+    shard_size
+        Questions per task; default about a quarter of an even share per worker, at most 16 (small
+        shards balance the load and lose little when a worker dies).
+    max_restarts, max_task_retries
+        Ray's fault tolerance: how often a dead actor is restarted and its task asked again.
+
+    The actors live until `close` (or the end of a ``with`` block), so several runs over the same
+    lab (modes, configs) share them and the index is loaded once per worker.
+
+    >>> with RayExecutor(workers=2) as ray_pool:  # doctest: +SKIP
+    ...     exp = lab.run(questions, executor=ray_pool)
+    """
+
+    def __init__(self, address: str | None = None, *, workers: int | None = None, shard_size: int | None = None,
+                 max_restarts: int = 3, max_task_retries: int = 3) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if shard_size is not None and shard_size < 1:
+            raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+        self.address = address
+        self.workers = workers
+        self.shard_size = shard_size
+        self.max_restarts = max_restarts
+        self.max_task_retries = max_task_retries
+        self.actors: list[Any] = []
+        self._recipe: Any = None
+        self._started_ray = False
+
+    def __repr__(self) -> str:
+        return f"RayExecutor(address={self.address!r}, workers={self.workers!r}, actors={len(self.actors)})"
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Join or start Ray (nothing if this process already did)."""
+        ray = _ray()
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            if address in (None, "local"):
+                ray.init(include_dashboard=False, num_cpus=self.workers)
+            else:
+                ray.init(address=address)
+            self._started_ray = True
+
+    def pool(self, recipe: Callable[[], Any]) -> list[Any]:
+        """The actors for ``recipe``, created (each building its lab) on first use or when the recipe changes."""
+        if self.actors and recipe == self._recipe:
+            return self.actors
+        self.stop_actors()
+        self.start()
+        ray = _ray()
+        count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        remote = ray.remote(LabWorker).options(num_cpus=1, max_restarts=self.max_restarts,
+                                               max_task_retries=self.max_task_retries)
+        self.actors = [remote.remote(recipe) for _ in range(count)]
+        self._recipe = recipe
+        return self.actors
+
+    def answer_many(self, lab: Any, *, config: CragConfig, mode: Mode, shadow_grading: bool) -> AnswerMany:
+        """`AnswerMany` for ``lab``'s questions, on the actor pool (see `crag_lab.journal.run_rows`)."""
+        recipe = getattr(lab, "recipe", None)
+        if recipe is None:
+            raise ValueError("the Ray executor rebuilds the lab on every worker from its folder: make the lab with "
+                             "Lab.from_directory(...) (a lab built from tools in memory cannot be sent)")
+
+        def answer_many(todo: Sequence[QueryRow], stop: Callable[[], bool]) -> Iterator[QueryRecord]:
+            if not todo:
+                return
+            from ray.util import ActorPool
+
+            actors = self.pool(recipe)
+            size = self.shard_size or max(1, min(16, math.ceil(len(todo) / (4 * len(actors)))))
+            shards = deque(list(todo[i:i + size]) for i in range(0, len(todo), size))
+            pool = ActorPool(actors)
+
+            def submit() -> None:
+                while shards and pool.has_free() and not stop():
+                    pool.submit(lambda actor, shard: actor.answer.remote(shard, config, mode, shadow_grading),
+                                shards.popleft())
+
+            submit()
+            while pool.has_next():
+                yield from pool.get_next_unordered()
+                submit()
+
+        return answer_many
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each actor's `LabWorker.status`: its process id (a new one after a restart) and the ids it answered."""
+        return list(_ray().get([actor.status.remote() for actor in self.actors]))
+
+    def stop_actors(self) -> None:
+        if self.actors:
+            ray = _ray()
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+        self.actors, self._recipe = [], None
+
+    def close(self) -> None:
+        """Stop the actors, and Ray itself if this executor started it."""
+        self.stop_actors()
+        if self._started_ray:
+            _ray().shutdown()
+            self._started_ray = False
