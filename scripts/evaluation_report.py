@@ -179,6 +179,19 @@ def load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def answerability() -> dict[str, str]:
+    """The study's numbers the prose quotes (bench/study_answerability.py); "—" before it was run."""
+    path = DOCS / "dev" / "answerability.json"
+    keys = ("ans_squad_auroc", "ans_squad_support", "ans_kb_auroc", "ans_cut_abst", "ans_cut_false")
+    if not path.is_file():
+        return dict.fromkeys(keys, "—")
+    study = json.loads(path.read_text(encoding="utf-8"))
+    squad, cut = study["squad"], study["squad"]["cuts"]["0.6"]
+    return dict(zip(keys, (f"{squad['auroc_learned']:.3f}", f"{squad['auroc_support']:.3f}",
+                           f"{study['kb']['auroc_learned']:.3f}", f"{100 * cut['abstention']:.0f} %",
+                           f"{100 * cut['false_abstention']:.0f} %"), strict=True))
+
+
 def render() -> str:
     kb = load("kb_queries")
     if kb is None:
@@ -210,6 +223,7 @@ def render() -> str:
         lost_in_synthesizer=kb_loss["abstained"] + kb_loss["not_cited"] + kb_loss["not_quoted"],
         public_sets=public,
         containment_miss=points_short(overall["answer_containment"], 0.80),
+        **answerability(),
         citation_miss=points_short(overall["citation_precision"], 0.90),
     )
     real = EVAL / "real_model.md"  # notebooks/record_real.py
