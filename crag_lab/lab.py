@@ -305,7 +305,7 @@ class Lab:
         """Encode every chunk's sentences for the offline model now, so first questions run at warm speed.
 
         The offline model keeps what it encodes in the index folder, so this pays once per
-        knowledge base (about 30 s for the bundled one on two cores), not once per session. A real
+        knowledge base (about 50 s for the bundled one on two cores), not once per session. A real
         LLM needs nothing: returns 0, as when everything was already encoded; else how many texts
         were encoded.
         """

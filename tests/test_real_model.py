@@ -12,11 +12,15 @@ tests check that every part works against a real server, not that its answers ar
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ import pytest
 from crag_lab import CragConfig, Lab
 from crag_lab.cache import ResponseCache
 from crag_lab.journal import ModelUnavailableError
-from crag_lab.models import LlamaIndexModel, ModelReply, Task
+from crag_lab.models import LlamaIndexModel, ModelReply, Task, call_model
 from crag_lab.parsing import parse_analysis, parse_grades, parse_plan, strip_stats_blocks
 from crag_lab.prompts import ANALYZE, GRADE, PLAN, compact_json, tool_args_text
 from crag_lab.servers import LlamaServer, ServerUnavailableError, free_port, openai_compatible, start_llama_server
@@ -239,3 +243,77 @@ def test_crag_lab_serve_starts_the_server_and_kill_stops_it(tmp_path: Path) -> N
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+class Statuses(list[int]):
+    url = ""
+
+
+@contextmanager
+def throttled(upstream: str, failures: Sequence[int]) -> Iterator[list[int]]:
+    """A pass-through HTTP proxy to the real server on 127.0.0.1 that answers the first completion
+    requests with the given statuses (429 with ``Retry-After``, 503 ...), as a busy or rate-limited
+    provider does, then forwards everything. Yields the statuses it sent, in order, as a list whose
+    ``url`` is the proxy's API base."""
+    import httpx
+
+    todo, sent = list(failures), Statuses()
+    base = upstream.rstrip("/").removesuffix("/v1")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.command == "POST" and todo:
+                status = todo.pop(0)
+                payload = json.dumps({"error": {"message": f"proxy says {status}", "type": "throttled"}}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                sent.append(status)
+                return
+            reply = httpx.request(self.command, base + self.path, content=body, timeout=120,
+                                  headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
+            self.send_response(reply.status_code)
+            self.send_header("Content-Type", reply.headers.get("Content-Type", "application/json"))
+            self.send_header("Content-Length", str(len(reply.content)))
+            self.end_headers()
+            self.wfile.write(reply.content)
+            if self.command == "POST":
+                sent.append(reply.status_code)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: Any) -> None:  # keep the test output clean
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    sent.url = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sent
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def test_a_rate_limited_or_busy_server_is_retried_with_backoff(server: LlamaServer) -> None:
+    prompt = ANALYZE.format(tools=", ".join(TOOLS), retry_note="", history="(none)", query=QUESTIONS[0]["question"])
+    inputs = {"available_tools": TOOLS, "query": QUESTIONS[0]["question"]}
+    with throttled(server.url, [429, 503]) as statuses:
+        waits: list[float] = []
+        outcome = call_model(real_model(statuses.url), "analyze", prompt, inputs, retries=2, timeout_s=120,
+                             backoff_s=0.5, sleep=waits.append)
+    assert statuses == [429, 503, 200]  # two refusals, then the real server's answer
+    assert outcome.reply is not None and outcome.attempts == 3
+    assert parse_analysis(outcome.reply.text, TOOLS).get("parsed") is not None
+    assert "RateLimitError" in outcome.errors[0] and "503" in outcome.errors[1]
+    assert waits == [0.5, 1.0]  # doubling backoff between attempts
+
+    with throttled(server.url, [429, 429]) as statuses:  # more refusals than retries: the node degrades
+        outcome = call_model(real_model(statuses.url), "analyze", prompt, inputs, retries=1, timeout_s=120,
+                             backoff_s=0.1, sleep=lambda s: None)
+    assert outcome.reply is None and outcome.attempts == 2 and statuses == [429, 429]
