@@ -82,3 +82,18 @@ def test_prepare_encodes_every_chunk_once_and_answers_do_not_change(
 
     fresh = Lab.from_directory(lab.kb.root, remote=False)
     assert fresh.prepare() == 0  # the store in the index folder outlives the session
+
+
+def test_crag_lab_index_prepare_encodes_once_per_index(make_kb: Callable[..., Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from crag_lab.cli import main
+
+    kb = make_kb({"gw.md": "# Gateway\n\n" + ITEMS[0]["text"] + "\n"})
+    assert main(["index", str(kb), "--prepare"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["index", str(kb), "--prepare"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert first["units_encoded"] > 0 and second["units_encoded"] == 0
+    assert main(["index", str(kb)]) == 0 and "units_encoded" not in json.loads(capsys.readouterr().out)
