@@ -52,7 +52,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     kb = KnowledgeBase.build(args.kb, cache_dir=args.cache_dir, embed_with=embed_with)
     report = dict(kb.build_report or {})
     if args.ray:
-        report["ray_data"] = embed_with.last_run or None  # batches, workers and texts; None: nothing to embed
+        report["ray_data"] = embed_with.last_run or None  # batches, workers, texts, seconds; None: nothing embedded
     if args.prepare:
         from crag_lab.offline import OfflineModel
 

@@ -19,6 +19,7 @@ tokenizer to sort the texts; it embeds nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,8 +75,9 @@ def resolve_embedder(spec: str | Embedder) -> Embedder:
 class EmbedBatches:
     """A Ray Data worker: loads the embedding model once, then embeds whole local batches, one per row.
 
-    Rows are ``{"batch": i, "texts": [...]}``; each comes back as ``{"batch": i, "vectors": bytes}``,
-    the float32 rows of `embed_batch`, so nothing is rounded on the way back.
+    Rows are ``{"batch": i, "texts": [...]}``; each comes back as ``{"batch": i, "vectors": bytes,
+    "embed_s": seconds}``: the float32 rows of `embed_batch` as they are (nothing is rounded on the way
+    back), and the time the model took.
     """
 
     def __init__(self, factory: Callable[[], BaseEmbedding], model_name: str, batch_size: int,
@@ -88,9 +90,13 @@ class EmbedBatches:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        ids = batch.column("batch").to_pylist()
-        blobs = [embed_batch(self.model, [str(t) for t in texts]).tobytes() for texts in batch.column("texts").to_pylist()]
-        return pa.table({"batch": pa.array(ids, pa.int64()), "vectors": pa.array(blobs, pa.large_binary())})
+        blobs, seconds = [], []
+        for texts in batch.column("texts").to_pylist():
+            started = time.perf_counter()
+            blobs.append(embed_batch(self.model, [str(t) for t in texts]).tobytes())
+            seconds.append(time.perf_counter() - started)
+        return pa.table({"batch": batch.column("batch").cast(pa.int64()), "vectors": pa.array(blobs, pa.large_binary()),
+                         "embed_s": pa.array(seconds, pa.float64())})
 
 
 class RayDataEmbedder:
@@ -108,6 +114,9 @@ class RayDataEmbedder:
     num_gpus
         GPUs per worker (e.g. 1 on a GPU cluster); the worker then moves a Sentence Transformers model
         to ``device`` (default ``"cuda"``). GPU vectors agree with CPU ones to float rounding, not bytes.
+
+    After a build, ``last_run`` says what its stage did: ``batches``, ``workers``, ``texts`` and
+    ``worker_embed_s`` (the seconds the workers' models spent embedding, their start excluded).
 
     >>> kb = KnowledgeBase.build("corpus", embed_with=RayDataEmbedder("auto", num_gpus=1))  # doctest: +SKIP
     """
@@ -176,11 +185,14 @@ class RayDataEmbedder:
             num_gpus=self.num_gpus or None,
         )
         found: dict[int, np.ndarray] = {}
+        embed_s = 0.0
         for row in embedded.iter_rows():
             i = int(row["batch"])
             found[i] = np.frombuffer(row["vectors"], dtype=np.float32).reshape(len(batches[i]), -1)
+            embed_s += float(row["embed_s"])
         missing = [i for i in range(len(batches)) if i not in found]
         if missing:
             raise RuntimeError(f"Ray Data returned no vectors for {len(missing)} of {len(batches)} batches")
-        self.last_run = {"batches": len(batches), "workers": size, "texts": sum(len(b) for b in batches)}
+        self.last_run = {"batches": len(batches), "workers": size, "texts": sum(len(b) for b in batches),
+                         "worker_embed_s": round(embed_s, 3)}
         return [found[i] for i in range(len(batches))]
