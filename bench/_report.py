@@ -521,6 +521,8 @@ def section_scaleout_build(ib: Mapping[str, Any]) -> str:
     names = {"local": "local (this process, model already loaded)"}
     rows = [[names.get(k, f"Ray Data, {v['workers']} worker(s) ({v['batches']} batches of 64)"), f(v["seconds"], 1),
              f(v["chunks_per_s"], 2), f(ib["ratios"].get(f"{k}_over_local"), 2) if k != "local" else "—",
+             f(v.get("worker_embed_s"), 1) if k != "local" else "—",
+             f(v.get("worker_chunks_per_s"), 2) if k != "local" else "—",
              ", ".join(f"{part} {f(same)}" for part, same in ib["byte_equal"].get(k, {}).items()) or "—"]
             for k, v in ib["builds"].items()]
     return ("\n### Index builds: local against Ray Data\n\n"
@@ -530,7 +532,8 @@ def section_scaleout_build(ib: Mapping[str, Any]) -> str:
             f"{f(ib['ray_init_s'], 1)} s, not counted). A Ray Data build counts its workers' start: each loads "
             "torch and MiniLM before it embeds. Same index as the local build, byte for byte: "
             f"{status(ib['all_equal'], 'vectors, manifest, docstore and FAISS file')}.\n\n"
-            + table(["build", "seconds", "chunks/s", "× local", "equal to the local index"], rows))
+            + table(["build", "seconds", "chunks/s", "× local", "worker model s (all workers)",
+                     "chunks per worker model-second", "equal to the local index"], rows))
 
 
 def section_scaleout_server(ms: Mapping[str, Any]) -> str:

@@ -135,8 +135,10 @@ def index_build(worker_counts: Sequence[int]) -> dict[str, Any]:
             log(f"index build: Ray Data, {workers} worker(s)")
             started = time.perf_counter()
             built = KnowledgeBase.build(KB, cache_dir=base / name, embed_model=embed, embed_with=embedder)
-            builds[name] = {"seconds": round(time.perf_counter() - started, 2), "workers": workers,
-                            "batches": embedder.last_run["batches"]}
+            seconds = time.perf_counter() - started
+            builds[name] = {"seconds": round(seconds, 2), "workers": workers, "batches": embedder.last_run["batches"],
+                            "worker_embed_s": embedder.last_run["worker_embed_s"],
+                            "worker_chunks_per_s": round(len(local.chunks) / embedder.last_run["worker_embed_s"], 2)}
             files = _index_files(built.cache_dir)
             equal[name] = {"vectors": built.passage_vectors()[1].tobytes() == expected_vectors,
                            "manifest": files["manifest.json"] == expected_files["manifest.json"],
