@@ -500,6 +500,10 @@ def section_scaleout(so: Mapping[str, Any]) -> str:
                        ", ".join(str(n) for n in v.get("per_worker", [])) or "—"] for k, v in t.items()]))
     out.append(f"\nRatios (questions/s): 2 workers / 1 worker **{f(r['ray_2_over_ray_1'], 2)}×**; "
                f"1 worker / local {f(r['ray_1_over_local'], 2)}×; 2 workers / local {f(r['ray_2_over_local'], 2)}×.\n")
+    if "index_build" in so:
+        out.append(section_scaleout_build(so["index_build"]))
+    if "model_server" in so:
+        out.append(section_scaleout_server(so["model_server"]))
     lat = vs["latency_ms"]
     out.append(f"FAISS (flat, in memory) against Qdrant ({vs['qdrant_mode']}) on the {vs['chunks']} chunks of the "
                f"bundled KB: the FAISS index moved into Qdrant in {f(vs['move_into_qdrant_s'], 2)} s without "
@@ -510,6 +514,45 @@ def section_scaleout(so: Mapping[str, Any]) -> str:
     out.append(table(["store", "median ms", "p95 ms", "max ms"],
                      [[k, f(v["median"], 3), f(v["p95"], 3), f(v["max"], 3)] for k, v in lat.items()]))
     return "\n".join(out)
+
+
+def section_scaleout_build(ib: Mapping[str, Any]) -> str:
+    """Index builds: local against Ray Data, and whether the Ray Data indexes are the local one byte for byte."""
+    names = {"local": "local (this process, model already loaded)"}
+    rows = [[names.get(k, f"Ray Data, {v['workers']} worker(s) ({v['batches']} batches of 64)"), f(v["seconds"], 1),
+             f(v["chunks_per_s"], 2), f(ib["ratios"].get(f"{k}_over_local"), 2) if k != "local" else "—",
+             f(v.get("worker_embed_s"), 1) if k != "local" else "—",
+             f(v.get("worker_chunks_per_s"), 2) if k != "local" else "—",
+             ", ".join(f"{part} {f(same)}" for part, same in ib["byte_equal"].get(k, {}).items()) or "—"]
+            for k, v in ib["builds"].items()]
+    return ("\n### Index builds: local against Ray Data\n\n"
+            f"The bundled KB's {ib['chunks']} chunks embedded from scratch (MiniLM, CPU) in this process and by a "
+            "Ray Data `map_batches` stage (`KnowledgeBase.build(..., embed_with=RayDataEmbedder(workers=n))`, one row "
+            "per local batch of 64) on a local Ray (`ray.init` "
+            f"{f(ib['ray_init_s'], 1)} s, not counted). A Ray Data build counts its workers' start: each loads "
+            "torch and MiniLM before it embeds. Same index as the local build, byte for byte: "
+            f"{status(ib['all_equal'], 'vectors, manifest, docstore and FAISS file')}.\n\n"
+            + table(["build", "seconds", "chunks/s", "× local", "worker model s (all workers)",
+                     "chunks per worker model-second", "equal to the local index"], rows))
+
+
+def section_scaleout_server(ms: Mapping[str, Any]) -> str:
+    """Questions/s against a real OpenAI-compatible server, or why it was not measured."""
+    if "skipped" in ms:
+        return f"\n### A real model server\n\nNot measured: {ms['skipped']}.\n"
+    names = {"local_c1": "here, one question at a time", "local_c2": "here, two at a time (`concurrency=2`)",
+             "ray_1": "Ray, 1 worker"}
+    rows = [[names.get(k, k), f(v["startup_s"], 1) if v["startup_s"] else "—", f(v["answer_s"], 1),
+             f(v["questions_per_s"], 3), f(v["calls_per_s"], 2), f(v["tokens_per_s"], 0), f(v["calls_per_question"], 2),
+             f(v["failed_calls"])] for k, v in ms["runs"].items()]
+    ratios = "; ".join(f"{k.replace('_over_local_c1', '')} / one at a time **{f(v, 2)}×**" for k, v in ms["ratios"].items())
+    return ("\n### A real model server\n\n"
+            f"{ms['questions']} stratified KB questions against {ms['server']} serving {ms['model']} (the realmodel "
+            f"extra; started in {f(ms['server_start_s'], 1)} s), `CragConfig(top_k=3, max_iterations=1)`, no response "
+            "cache. The server and the lab share the machine's 2 cores.\n\n"
+            + table(["contender", "start-up s", "answering s", "questions/s", "model calls/s", "tokens/s",
+                     "calls per question", "failed calls"], rows)
+            + f"\nRatios (questions/s): {ratios}.\n")
 
 
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,

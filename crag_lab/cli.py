@@ -1,6 +1,7 @@
 """``crag-lab``: index a knowledge base, ask it questions, run the demo, evaluate, tune thresholds.
 
     crag-lab index data/kb
+    crag-lab index data/kb --ray auto        # embed on a Ray cluster (Ray Data)
     crag-lab ask "How do I rotate the gateway certificates?" --kb data/kb
     crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
     crag-lab tune runs/knowledge_base.jsonl --budget 4
@@ -40,10 +41,18 @@ def _lab(args: argparse.Namespace) -> Any:
 def cmd_index(args: argparse.Namespace) -> int:
     from crag_lab.kb import KnowledgeBase
 
+    embed_with: Any = "local"
+    if args.ray:
+        from crag_lab.ray_index import RayDataEmbedder, resolve_embedder
+
+        resolve_embedder(args.ray)  # an address that is not one fails now, before any file is read
+        embed_with = RayDataEmbedder(None if args.ray == "ray" else args.ray, workers=args.workers)
     # No embed_model: the bundled one loads only once there is something to embed, after the cheap
     # checks (the folder exists and holds text) and never for a rebuild where nothing changed.
-    kb = KnowledgeBase.build(args.kb, cache_dir=args.cache_dir)
+    kb = KnowledgeBase.build(args.kb, cache_dir=args.cache_dir, embed_with=embed_with)
     report = dict(kb.build_report or {})
+    if args.ray:
+        report["ray_data"] = embed_with.last_run or None  # batches, workers, texts, seconds; None: nothing embedded
     if args.prepare:
         from crag_lab.offline import OfflineModel
 
@@ -153,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepare", action="store_true",
                    help="also encode every chunk's sentences for the offline model now (once per index), "
                         "so the first questions run at warm speed")
+    scale = p.add_argument_group("scale out on Ray (pip install 'crag-lab[scale]')")
+    scale.add_argument("--ray", nargs="?", const="ray", metavar="ADDRESS",
+                       help="embed the chunks in a Ray Data stage (same index, same vectors): alone, a local Ray "
+                            "(or RAY_ADDRESS); with an address ('auto', 'ray://HEAD:10001', 'HEAD:6379'), that cluster")
+    scale.add_argument("--workers", type=int, help="Ray Data workers (default: every CPU of the cluster)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("ask", help="answer one question")

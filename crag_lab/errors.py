@@ -23,3 +23,7 @@ class InvalidQuestionError(CragLabError, ValueError):
 
 class ExperimentFileError(CragLabError, ValueError):
     """An experiment file that is not what ``Experiment.save`` writes; the message names file and line."""
+
+
+class RayUnavailableError(CragLabError, ConnectionError):
+    """No Ray cluster answers at the address a run or a build was given; the message names it."""

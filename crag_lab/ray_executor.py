@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from crag_lab._ray import ADDRESS_FORMS, import_ray, init_ray, is_ray_address
 from crag_lab.config import CragConfig
 from crag_lab.journal import AnswerMany
 from crag_lab.records import Mode, QueryRecord, QueryRow
 
 __all__ = ["Executor", "RayExecutor", "resolve_executor"]
 
-INSTALL_HINT = "pip install 'crag-lab[scale]' (or: pip install ray)"
-_ADDRESS = re.compile(r"^(auto|local|ray://\S+|[\w.\-]+:\d+)$")
 
 
 class Executor(Protocol):
@@ -61,18 +59,13 @@ def resolve_executor(spec: Executor | str) -> Executor:
         return spec
     if spec == "ray":
         return RayExecutor()
-    if _ADDRESS.match(spec):
+    if is_ray_address(spec):
         return RayExecutor(address=spec)
-    raise ValueError(f"unknown executor {spec!r}; use 'ray', a Ray address ('auto', 'ray://HOST:10001', "
-                     "'HOST:6379') or a RayExecutor")
+    raise ValueError(f"unknown executor {spec!r}; use 'ray', a Ray address ({ADDRESS_FORMS}) or a RayExecutor")
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(f"executor='ray' needs Ray: {INSTALL_HINT}") from exc
-    return ray
+    return import_ray("executor='ray'")
 
 
 class LabWorker:
@@ -141,14 +134,8 @@ class RayExecutor:
         self.close()
 
     def start(self) -> None:
-        """Join or start Ray (nothing if this process already did)."""
-        ray = _ray()
-        if not ray.is_initialized():
-            address = self.address or os.environ.get("RAY_ADDRESS")
-            if address in (None, "local"):
-                ray.init(include_dashboard=False, num_cpus=self.workers)
-            else:
-                ray.init(address=address)
+        """Join or start Ray (nothing if this process already did); `RayUnavailableError` if no cluster answers."""
+        if init_ray("executor='ray'", self.address, num_cpus=self.workers):
             self._started_ray = True
 
     def pool(self, recipe: Callable[[], Any]) -> list[Any]:

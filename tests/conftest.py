@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -80,3 +81,32 @@ def make_kb(tmp_path: Path) -> Callable[..., Path]:
         return write_tree(tmp_path / name, files)
 
     return make
+
+
+# --- a local Ray ----------------------------------------------------------------------------
+
+_FOLLOWING: dict[str, Any] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    """Lets ``ray_cluster`` see, while it is torn down, which test comes next."""
+    _FOLLOWING["item"] = nextitem
+    return (yield)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A local Ray (2 CPUs, no dashboard) for the modules that ask for it.
+
+    Starting one takes 20 s or more here, so consecutive modules that ask share one: it stops after
+    a module's last test unless the next test asks for it too.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    following = _FOLLOWING.get("item")
+    if following is None or "ray_cluster" not in getattr(following, "fixturenames", ()):
+        ray.shutdown()

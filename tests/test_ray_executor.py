@@ -1,7 +1,8 @@
 """Runs sharded over a Ray actor pool (crag_lab/ray_executor.py): the records of a local run, in order.
 
-One local Ray (2 CPUs, no dashboard) and one pool of two workers serve every test of the module:
-starting Ray and loading a lab in each worker take most of the time these tests cost.
+One local Ray (2 CPUs, no dashboard; conftest's ``ray_cluster``, shared with tests/test_ray_index.py) and
+one pool of two workers serve every test of the module: starting Ray and loading a lab in each worker
+take most of the time these tests cost.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray  # in the dev extra: a missing Ray fails these tests, it does not skip them
+import ray  # noqa: F401  (in the dev extra: a missing Ray fails these tests, it does not skip them)
 from conftest import write_tree
 
 from crag_lab import Lab
@@ -56,13 +57,6 @@ def comparable(record: dict[str, Any]) -> dict[str, Any]:
     out.pop("latency_ms")
     out.pop("node_ms")
     return out
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

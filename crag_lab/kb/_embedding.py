@@ -19,6 +19,9 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from crag_lab._text import encodable
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# What embeds a build's texts: ``(model, texts) -> float32 rows`` in the texts' order (`embed_texts`, or
+# `crag_lab.ray_index.RayDataEmbedder`).
+Embedder = Callable[[BaseEmbedding, list[str]], np.ndarray]
 _EMBED_BATCH = 64
 
 
@@ -33,9 +36,15 @@ class UnitEmbedding(BaseEmbedding):
     _model: BaseEmbedding | None = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
-    def __init__(self, factory: Callable[[], BaseEmbedding], *, model_name: str) -> None:
-        super().__init__(model_name=model_name, embed_batch_size=_EMBED_BATCH)
+    def __init__(self, factory: Callable[[], BaseEmbedding], *, model_name: str,
+                 embed_batch_size: int = _EMBED_BATCH) -> None:
+        super().__init__(model_name=model_name, embed_batch_size=embed_batch_size)
         self._factory = factory
+
+    @property
+    def factory(self) -> Callable[[], BaseEmbedding]:
+        """What creates the wrapped model: a Ray Data worker calls it to load its own copy."""
+        return self._factory
 
     @property
     def inner(self) -> BaseEmbedding:
@@ -94,20 +103,43 @@ def unit_embedding(embed_model: BaseEmbedding | None) -> UnitEmbedding:
 
 
 def embed_texts(model: BaseEmbedding, texts: list[str]) -> np.ndarray:
-    """Embed texts as unit float32 rows, in the order given (the only place a build spends model time).
+    """Embed texts as unit float32 rows, in the order given (the only place a local build spends model time).
 
-    The model gets the texts longest first, so that each batch pads its texts to about the same
-    length: LlamaIndex cuts the list into batches as given, and chunks in file order padded to
-    their batch's longest cost the bundled MiniLM half again the tokens. Longest means most tokens
-    when the model's tokenizer is at hand (``token_lengths``), else most characters (what
-    ``SentenceTransformer.encode`` sorts by). Only which texts share a batch changes, not the vectors
-    (beyond float rounding).
+    The model gets the texts in the batches `embedding_batches` cuts: longest first, so that each
+    batch pads its texts to about the same length (chunks in file order padded to their batch's
+    longest cost the bundled MiniLM half again the tokens). `crag_lab.ray_index` embeds the same
+    batches on Ray Data workers, which is why its vectors are byte-equal to these.
     """
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
+    order, batches = embedding_batches(model, texts)
+    return in_text_order(order, [embed_batch(model, batch) for batch in batches])
+
+
+def embedding_batches(model: BaseEmbedding, texts: list[str]) -> tuple[np.ndarray, list[list[str]]]:
+    """The batches a build hands the model, and ``order`` (the position in ``texts`` of each text they hold).
+
+    Longest first, cut every ``model.embed_batch_size`` texts (how LlamaIndex's
+    ``get_text_embedding_batch`` cuts a list). Longest means most tokens when the model's tokenizer is
+    at hand (``token_lengths``), else most characters (what ``SentenceTransformer.encode`` sorts by).
+    Which texts share a batch changes their vectors in the last float digits (padding), so every path
+    that must give the same vectors embeds exactly these batches.
+    """
     order = np.argsort([-n for n in _text_lengths(model, texts)], kind="stable")
-    vectors = np.asarray(model.get_text_embedding_batch([texts[i] for i in order]), dtype=np.float32)
-    vectors = vectors.reshape(len(texts), -1)
+    ordered = [texts[i] for i in order]
+    size = max(1, int(model.embed_batch_size))
+    return order, [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def embed_batch(model: BaseEmbedding, texts: list[str]) -> np.ndarray:
+    """One batch of `embedding_batches` through the model: a float32 row per text (one model call)."""
+    vectors = np.asarray(model.get_text_embedding_batch(texts), dtype=np.float32)
+    return vectors.reshape(len(texts), -1)
+
+
+def in_text_order(order: np.ndarray, batch_vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """The vectors of `embedding_batches`' batches, each in its text's row: the inverse of its ``order``."""
+    vectors = np.concatenate(list(batch_vectors))
     rows = np.empty_like(vectors)
     rows[order] = vectors
     return rows

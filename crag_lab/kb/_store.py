@@ -76,13 +76,15 @@ def chunk_of(node: BaseNode) -> Chunk:
 
 
 def embedded_nodes(
-    embed: UnitEmbedding, chunks: list[Chunk], unchanged: set[str], previous: Stored | None
+    embed: UnitEmbedding, chunks: list[Chunk], unchanged: set[str], previous: Stored | None,
+    embedder: _embedding.Embedder | None = None,
 ) -> tuple[list[TextNode], int]:
     """One node per chunk with its vector: reused from ``previous`` for unchanged files, embedded
-    for the others. Also returns how many chunks were embedded."""
+    (by ``embedder``; default `_embedding.embed_texts`, here) for the others. Also returns how many chunks were embedded."""
     nodes = [text_node(chunk) for chunk in chunks]
     fresh = [i for i, chunk in enumerate(chunks) if chunk.path not in unchanged]
-    new_vectors = _embedding.embed_texts(embed, [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in fresh])
+    texts = [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in fresh]
+    new_vectors = (embedder or _embedding.embed_texts)(embed, texts)
     if previous is not None and unchanged:
         old_vectors = previous.vectors()
         row = {chunk.id: i for i, chunk in enumerate(previous.chunks)}

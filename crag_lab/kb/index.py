@@ -30,7 +30,7 @@ from crag_lab.config import VectorStoreConfig
 from crag_lab.kb._backends import FaissVectors, VectorBackend, build_backend, same_place
 from crag_lab.kb._chunking import Chunk, ChunkSettings
 from crag_lab.kb._documents import chunk_changed, file_digests, replacement_warning
-from crag_lab.kb._embedding import UnitEmbedding, unit_embedding
+from crag_lab.kb._embedding import Embedder, UnitEmbedding, unit_embedding
 from crag_lab.kb._errors import EmbeddingModelMismatchError
 from crag_lab.kb._files import LoadWarning, discover_files, file_digest, resolve_root
 from crag_lab.kb._lines import Passage, grep_file, read_lines, resolve_path
@@ -160,6 +160,7 @@ class KnowledgeBase:
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_settings: ChunkSettings | None = None,
         vector_store: VectorStoreConfig | None = None,
+        embed_with: str | Embedder = "local",
     ) -> KnowledgeBase:
         """Build or update the index of ``root`` and return the knowledge base, loaded.
 
@@ -173,11 +174,17 @@ class KnowledgeBase:
         the index folder, or a Qdrant collection; default from the environment). Moving an index
         from one to the other re-embeds nothing: the stored vectors are copied.
 
+        ``embed_with`` says where the chunks to embed are embedded: ``"local"`` (this process),
+        ``"ray"`` (a Ray Data stage on the cluster in ``RAY_ADDRESS``, else a local Ray), a Ray
+        address, or a `crag_lab.ray_index.RayDataEmbedder`; the index, its manifest and its vectors
+        (byte for byte, on CPU) are the local build's.
+
         >>> kb = KnowledgeBase.build("docs")  # doctest: +SKIP
         >>> kb.build_report["chunks_embedded"], kb.build_report["chunks_reused"]  # doctest: +SKIP
         (3, 120)
         """
         started = time.perf_counter()
+        embedder = _embedder(embed_with)
         base = resolve_root(root)
         cache = cache_path(base, cache_dir)
         settings = chunk_settings or ChunkSettings()
@@ -202,7 +209,7 @@ class KnowledgeBase:
 
         old_chunks = previous.chunks if previous is not None else []
         files, chunks = chunk_changed(base, digests, unchanged, reusable, old_chunks, settings, warnings)
-        nodes, embedded = embedded_nodes(embed, chunks, unchanged, previous)
+        nodes, embedded = embedded_nodes(embed, chunks, unchanged, previous, embedder)
         manifest = {
             "format": FORMAT_VERSION,
             "embedding": {"model": embed.model_name, "dim": len(nodes[0].embedding or [])},
@@ -397,6 +404,15 @@ def compile_pattern(pattern: str | re.Pattern[str], *, timeout_s: float = DEFAUL
     'a\\\\(b'
     """
     return Matcher.compile(pattern, timeout_s=timeout_s)
+
+
+def _embedder(embed_with: str | Embedder) -> Embedder | None:
+    """None for a local build (`_store.embedded_nodes` calls `_embedding.embed_texts`), else the embedder named."""
+    if embed_with == "local":
+        return None
+    from crag_lab.ray_index import resolve_embedder  # Ray itself loads only if a build has chunks to embed
+
+    return resolve_embedder(embed_with)
 
 
 def _check_top_k(top_k: int) -> None:
