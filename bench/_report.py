@@ -489,7 +489,10 @@ def section_scaleout(so: Mapping[str, Any]) -> str:
     names = {"local": "local (this process)", "ray_1": "Ray, 1 worker", "ray_2": "Ray, 2 workers"}
     out = ["## 9. Scale-out: Ray and Qdrant\n",
            f"`bench/bench_scaleout.py`: {t['local']['questions']} stratified questions of `data/kb_queries.jsonl`, "
-           f"offline model, on `{so['kb']}`, each contender cold; {so['cpus']} CPUs shared by everything on the "
+           f"offline model, on `{so['kb']}`, each contender cold"
+           + (f" on a prepared index (`Lab.prepare` first: {f(so['prepared']['texts_encoded'])} texts encoded in "
+              f"{f(so['prepared']['seconds'], 1)} s)" if "prepared" in so else "")
+           + f"; {so['cpus']} CPUs shared by everything on the "
            f"machine (load average {so['load_average_before'][0]} → {so['load_average_after'][0]}). `ray.init` "
            f"(local, 2 CPUs, no dashboard): **{f(so['ray_init_s'], 1)} s**. Records equal to the local run: "
            f"{', '.join(f'{k} {f(v)}' for k, v in so['records_equal'].items())}.\n"]
@@ -518,8 +521,12 @@ def section_scaleout(so: Mapping[str, Any]) -> str:
 
 def section_scaleout_build(ib: Mapping[str, Any]) -> str:
     """Index builds: local against Ray Data, and whether the Ray Data indexes are the local one byte for byte."""
-    names = {"local": "local (this process, model already loaded)"}
-    rows = [[names.get(k, f"Ray Data, {v['workers']} worker(s) ({v['batches']} batches of 64)"), f(v["seconds"], 1),
+    def name(k: str, v: Mapping[str, Any]) -> str:
+        if k == "local":
+            return "local (this process, model already loaded)"
+        return f"Ray Data, {v['workers']} worker(s) ({v['batches']} batches of 64)"
+
+    rows = [[name(k, v), f(v["seconds"], 1),
              f(v["chunks_per_s"], 2), f(ib["ratios"].get(f"{k}_over_local"), 2) if k != "local" else "—",
              f(v.get("worker_embed_s"), 1) if k != "local" else "—",
              f(v.get("worker_chunks_per_s"), 2) if k != "local" else "—",
