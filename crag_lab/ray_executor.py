@@ -12,6 +12,12 @@ that dies (killed, out of memory, its node lost) is restarted, rebuilds its lab,
 held is asked again. A run that is interrupted keeps every finished shard in its journal; run it
 again with the same journal and only the missing questions are asked.
 
+Threshold sweeps (`crag_lab.replay.frontier.frontier` with ``executor=``) shard the grid's settings
+instead: the compiled rounds go into Ray's object store once, each worker replays a contiguous block
+of settings, and the blocks are joined in grid order, equal entry for entry to a local sweep. They
+run on the executor's actors when it has some (which hold the cluster's CPUs), else as Ray tasks
+(retried when their worker dies).
+
 >>> from crag_lab.ray_executor import resolve_executor
 >>> resolve_executor("ray://head:10001").address
 'ray://head:10001'
@@ -30,7 +36,7 @@ from crag_lab.config import CragConfig
 from crag_lab.journal import AnswerMany
 from crag_lab.records import Mode, QueryRecord, QueryRow
 
-__all__ = ["Executor", "RayExecutor", "resolve_executor"]
+__all__ = ["Executor", "RayExecutor", "resolve_executor", "sweep_settings"]
 
 
 
@@ -83,6 +89,27 @@ class LabWorker:
     def status(self) -> dict[str, Any]:
         """This worker's process id and the ids it answered since it (re)started."""
         return {"pid": os.getpid(), "answered": list(self.answered)}
+
+    def replay(self, rounds: Any, settings: Any) -> dict[str, Any]:
+        """A block of a threshold sweep (`replay_block`); the lab is not needed for it."""
+        return replay_block(rounds, settings)
+
+
+def replay_block(rounds: Any, settings: Any) -> dict[str, Any]:
+    """`crag_lab.replay._frontier.FrontierRounds.replay` of one block of settings, on a worker."""
+    return dict(rounds.replay(settings))
+
+
+def sweep_settings(executor: Executor | str, rounds: Any, settings: Any) -> dict[str, Any]:
+    """A threshold sweep's per (setting, query) arrays, computed by ``executor`` (see `RayExecutor.replay_settings`)."""
+    resolved = resolve_executor(executor)
+    replay = getattr(resolved, "replay_settings", None)
+    if replay is None:
+        raise TypeError(f"{type(resolved).__name__} cannot run threshold sweeps (it has no replay_settings method)")
+    if isinstance(executor, str):  # made here, so closed here: Ray stops again if this call started it
+        with resolved:  # type: ignore[attr-defined]
+            return dict(replay(rounds, settings))
+    return dict(replay(rounds, settings))
 
 
 class RayExecutor:
@@ -180,6 +207,35 @@ class RayExecutor:
                 submit()
 
         return answer_many
+
+    def replay_settings(self, rounds: Any, settings: Any, *, blocks: int | None = None) -> dict[str, Any]:
+        """Replay ``rounds`` (`crag_lab.replay._frontier.FrontierRounds`) at every one of ``settings``.
+
+        The settings are cut into ``blocks`` contiguous blocks (default four per worker, so a slow
+        worker does not hold the rest back) and replayed in parallel: on this executor's actors when
+        it has a pool (they hold the cluster's CPUs), else as Ray tasks of one CPU each, retried
+        ``max_task_retries`` times when their worker dies. Returns the arrays of a local replay,
+        rows in the order of ``settings``.
+        """
+        import numpy as np
+
+        self.start()
+        ray = _ray()
+        workers = len(self.actors) or self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        count = max(1, min(len(settings), blocks or 4 * workers))
+        parts = [part for part in np.array_split(np.arange(len(settings)), count) if len(part)]
+        if not parts:
+            return dict(rounds.replay(settings))
+        shared = ray.put(rounds)
+        if self.actors:
+            from ray.util import ActorPool
+
+            pool = ActorPool(self.actors)
+            results = list(pool.map(lambda actor, rows: actor.replay.remote(shared, settings.take(rows)), parts))
+        else:
+            task = ray.remote(replay_block).options(num_cpus=1, max_retries=self.max_task_retries)
+            results = ray.get([task.remote(shared, settings.take(rows)) for rows in parts])
+        return {name: np.concatenate([r[name] for r in results], axis=0) for name in results[0]}
 
     def status(self) -> list[dict[str, Any]]:
         """Each actor's `LabWorker.status`: its process id (a new one after a restart) and the ids it answered."""

@@ -227,8 +227,13 @@ def render() -> str:
         citation_miss=points_short(overall["citation_precision"], 0.90),
     )
     real = EVAL / "real_model.md"  # notebooks/record_real.py
-    if real.is_file():
-        text += f"## A real model: parse failures with and without JSON schemas\n\n{real.read_text(encoding='utf-8')}\n"
+    study = EVAL / "real_model_study.md"  # bench/study_parse_failures.py
+    if real.is_file() or study.is_file():
+        text += "## A real model: parse failures with and without JSON schemas\n\n"
+        if study.is_file():
+            text += f"### Node by node, on one fixed route\n\n{study.read_text(encoding='utf-8')}\n"
+        if real.is_file():
+            text += f"### Along the whole pipeline (notebook 05)\n\n{real.read_text(encoding='utf-8')}\n"
     tuning = EVAL / "tuning.md"  # scripts/tuning_report.py
     if tuning.is_file():
         text += f"## Where should the thresholds be?\n\n{tuning.read_text(encoding='utf-8')}\n"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import ray  # noqa: F401  (in the dev extra: a missing Ray fails these tests, it does not skip them)
 from conftest import write_tree
@@ -160,6 +161,20 @@ def test_a_killed_worker_is_restarted_and_its_shard_asked_again(
     after = executor.status()
     restarted = [s for s, pid in zip(after, pids, strict=True) if s["pid"] != pid]
     assert len(restarted) == 1 and "t4" in restarted[0]["answered"]  # the new process answered the lost shard
+
+
+def test_a_threshold_sweep_on_the_actor_pool_equals_the_local_one(lab: Lab, executor: RayExecutor) -> None:
+    from _experiments import mixed_experiment
+
+    from crag_lab.replay._frontier import FIELDS
+
+    exp = mixed_experiment()[0]
+    axes = {"relevance_floor": [0.0, 0.3, 0.6], "generate_threshold": [0.3, 0.7], "aggregator": ["mean", "max"]}
+    local = exp.frontier(**axes)
+    assert len(executor.pool(lab.recipe)) == 2
+    on_ray = exp.frontier(executor=executor, **axes)  # the pool holds both CPUs: the sweep must run on it
+    assert all(np.array_equal(on_ray.per_query[k], local.per_query[k]) for k in FIELDS)
+    assert on_ray.table().equals(local.table())
 
 
 def test_a_lab_not_built_from_a_folder_is_refused_before_anything_starts(lab: Lab) -> None:

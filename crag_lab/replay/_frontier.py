@@ -60,6 +60,12 @@ class Settings:
     def __len__(self) -> int:
         return len(self.relevance_floor)
 
+    def take(self, rows: Sequence[int] | np.ndarray) -> Settings:
+        """The settings at ``rows``, in that order (a shard of a sweep)."""
+        at = np.asarray(rows, dtype=np.int64)
+        return Settings(self.relevance_floor[at], self.generate_threshold[at], self.vector_score_threshold[at],
+                        self.auto_approve_max_items[at], self.max_iterations[at], self.aggregator[at])
+
     def config(self, base: CragConfig, s: int) -> CragConfig:
         """Setting ``s`` as a config (``model_copy``: the grid was checked when it was built)."""
         return base.model_copy(update={

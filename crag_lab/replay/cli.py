@@ -2,6 +2,7 @@
 
     crag-lab tune runs/knowledge_base.jsonl
     crag-lab tune runs/kb.jsonl --dataset data/kb_queries.jsonl --budget 4 --folds 5
+    crag-lab tune runs/big.jsonl --ray auto        # the grid replayed on a Ray cluster's workers
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over questions (default 5)")
     p.add_argument("--metric", default="gold_f1", choices=list(METRICS), help="the quality to maximise (default gold_f1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the folds (default 0)")
+    p.add_argument("--ray", nargs="?", const="ray", metavar="ADDRESS",
+                   help="replay the grid's settings on Ray workers: alone, a local Ray (or RAY_ADDRESS); with an "
+                        "address ('auto', 'ray://HEAD:10001', 'HEAD:6379'), that cluster")
+    p.add_argument("--workers", type=int, help="Ray workers (default: every CPU of the cluster)")
     p.set_defaults(func=cmd_tune)
     return p
 
@@ -48,7 +53,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from crag_lab.replay.tune import tune
 
     exp = Experiment.load(args.experiment)
-    front = exp.frontier(labels=_labels(exp, args.dataset), metric=args.metric)
+    labels = _labels(exp, args.dataset)
+    if args.ray is None:
+        if args.workers is not None:
+            raise ValueError("--workers needs --ray")
+        front = exp.frontier(labels=labels, metric=args.metric)
+    else:
+        from crag_lab.ray_executor import RayExecutor, resolve_executor
+
+        resolve_executor(args.ray)  # an address that is not one fails now, before anything starts
+        with RayExecutor(None if args.ray == "ray" else args.ray, workers=args.workers) as executor:
+            front = exp.frontier(labels=labels, metric=args.metric, executor=executor)
     result = tune(front, folds=args.folds, budget_calls=args.budget, metric=args.metric, seed=args.seed)
     pareto = front.pareto()
     if args.budget is not None:

@@ -213,7 +213,7 @@ def _answer_scores(record: QueryRecord, labels: Mapping[str, Any]) -> tuple[floa
 
 
 def frontier(experiment: Recorded, *, labels: Mapping[str, Mapping[str, Any]] | None = None,
-             metric: str = "gold_f1", **axes: Any) -> Frontier:
+             metric: str = "gold_f1", executor: Any = None, **axes: Any) -> Frontier:
     """Replay ``experiment`` at every setting of a grid and measure each against the gold labels.
 
     ``axes`` are the grid (`grid`): ``relevance_floor``, ``generate_threshold``,
@@ -221,6 +221,10 @@ def frontier(experiment: Recorded, *, labels: Mapping[str, Mapping[str, Any]] | 
     ``aggregator`` (default: the recorded value). ``labels`` maps a question id to its labels
     (``gold``, ``answers``, ``answerable``, ``complexity``; `crag_lab.eval.EvalQuery.row`); by
     default each record's own ``labels`` (written by ``crag-lab eval --save-runs``).
+
+    ``executor`` (None: this process) shards the settings over Ray workers: ``"ray"``, a Ray address
+    or a `crag_lab.ray_executor.RayExecutor` (see its ``replay_settings``). The numbers are the
+    same as a local sweep's, entry for entry; only big grids over many questions gain from it.
 
     Raises ``ValueError`` when no question is labelled with gold locations, or a record's id has no
     labels in ``labels``.
@@ -244,8 +248,14 @@ def frontier(experiment: Recorded, *, labels: Mapping[str, Mapping[str, Any]] | 
     answers = np.asarray([_answer_scores(r, lab) for r, lab in zip(records, per, strict=True)], dtype=np.float64)
     answers = answers.reshape(len(records), 2)
     usage = [r.get("usage", []) for r in records]
+    if executor is None:
+        per_query = rounds.replay(settings)
+    else:
+        from crag_lab.ray_executor import sweep_settings
+
+        per_query = sweep_settings(executor, rounds, settings)
     return Frontier(
-        settings, ids, rounds.replay(settings),
+        settings, ids, per_query,
         recorded_calls=np.asarray([len(u) for u in usage], dtype=np.int64),
         recorded_tokens=np.asarray([sum(x["prompt_tokens"] + x["completion_tokens"] for x in u) for u in usage],
                                    dtype=np.int64),
