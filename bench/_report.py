@@ -562,9 +562,40 @@ def section_scaleout_server(ms: Mapping[str, Any]) -> str:
             + f"\nRatios (questions/s): {ratios}.\n")
 
 
+def section_realmodel(rm: Mapping[str, Any]) -> str:
+    """Issue #15's numbers for a real model: tokens/s, seconds per question, a cached re-run, concurrency."""
+    head = "## 10. A real model: tokens/s, a cached re-run, concurrency 1 against 4\n\n"
+    if "skipped" in rm:
+        return head + f"Not measured: {rm['skipped']}.\n"
+    names = {"cold": "one at a time, empty cache", "rerun": "the same again, from the cache",
+             "concurrent": f"{rm['runs']['concurrent']['concurrency']} at a time, no cache"}
+    rows = [[names[k], f(v["wall_s"], 1), f(v["s_per_question"], 2), f(v["questions_per_s"], 3),
+             f(v["calls_per_question"], 2), f(v["model_calls"]), pct(v["cache_hit_rate"]), f(v["failed_calls"]),
+             f"{v['prompt_tokens']} / {v['prompt_tokens_reused']}",
+             f(v["prompt_tokens_per_s"], 0) if v["prompt_tokens"] else "—",
+             f(v["generation_tokens_per_s"], 1) if v["generated_tokens"] else "—"] for k, v in rm["runs"].items()]
+    rerun, ratios = rm["runs"]["rerun"], rm["ratios"]
+    return (head + f"`bench/bench_realmodel.py`: {rm['questions']} stratified KB questions against {rm['server']} "
+            f"serving {rm['model']} (the realmodel extra; started in {f(rm['server_start_s'], 1)} s), "
+            "`CragConfig(top_k=3, max_iterations=1)`, at most 200 generated tokens per call, JSON schemas on "
+            "analyze, plan and grade. Tokens/s are the server's own counters over each run (prompt: tokens read; "
+            "generation: tokens written; per slot under concurrency); the server reuses the part of a prompt that "
+            "matches its slot's last one, and counts those tokens apart (they take no time). The server and the lab share the "
+            "machine's 2 cores.\n\n"
+            + table(["run", "wall s", "s / question", "questions/s", "calls / question", "model calls", "cache hits",
+                     "failed calls", "prompt tokens read / reused", "prompt tokens/s", "generation tokens/s"], rows)
+            + f"\nThe re-run from the cache: {rerun['model_calls']} model calls, {pct(rerun['cache_hit_rate'])} hits "
+            f"(goal 0 calls, 100 %: {status(rerun['model_calls'] == 0 and rerun['cache_hit_rate'] == 1.0)}); records "
+            f"equal to the cold run's, latencies aside: {'yes' if rm['rerun_equal'] else '**no**'}. "
+            f"Concurrency {rm['runs']['concurrent']['concurrency']} / 1 in questions/s: "
+            f"**{f(ratios['concurrent_over_cold'], 2)}×** (records equal to the one-at-a-time run's: "
+            f"{'yes' if rm['concurrent_equal'] else 'no'}); "
+            f"the cached re-run is {f(ratios['rerun_over_cold'], 0)}× the cold one.\n")
+
+
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
             "scale": section_scale, "memory": section_memory, "latency": section_latency,
-            "frontier": section_frontier, "scaleout": section_scaleout}
+            "frontier": section_frontier, "scaleout": section_scaleout, "realmodel": section_realmodel}
 
 
 def render(results: Mapping[str, Any]) -> str:
