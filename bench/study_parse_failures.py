@@ -70,7 +70,8 @@ class Probe:
         except Exception as exc:
             self.note(task, inputs, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200]})
             raise
-        self.note(task, inputs, {"ok": True, "parsed": parsed(task, reply.text, inputs, self.tools),
+        said = parse_analysis_complexity(reply.text, self.tools) if task == "analyze" else None
+        self.note(task, inputs, {"ok": True, "parsed": parsed(task, reply.text, inputs, self.tools), "said": said,
                                  "seconds": round(time.perf_counter() - start, 3),
                                  "completion_tokens": reply.completion_tokens, "text": reply.text[:300]})
         if task == "plan":  # the same retrieval in both modes: the graph gets the plan a parse would give
@@ -81,6 +82,12 @@ class Probe:
     def note(self, task: str, inputs: Mapping[str, Any], row: dict[str, Any]) -> None:
         with self.log.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"task": task, "query": inputs.get("query"), **row}) + "\n")
+
+
+def parse_analysis_complexity(text: str, tools: list[str]) -> str | None:
+    from crag_lab.parsing import parse_analysis
+
+    return parse_analysis(text, tools).get("complexity")
 
 
 def parsed(task: str, text: str, inputs: Mapping[str, Any], tools: list[str]) -> bool:
@@ -144,7 +151,9 @@ def tally() -> dict[str, dict[str, Any]]:
             replies[task] += 1
             unparsed[task] += not row["parsed"]
             seconds[task] += row["seconds"]
-        out[mode] = {"questions": len({q for _, q in last}), "replies": replies, "unparsed": unparsed,
+        journal = WORK / f"journal-{mode}.jsonl"
+        asked = len(journal.read_text(encoding="utf-8").splitlines()) - 1 if journal.is_file() else 0
+        out[mode] = {"questions": max(asked, 0), "distinct": len({q for _, q in last}), "replies": replies, "unparsed": unparsed,
                      "failed": failed, "seconds": seconds}
     return out
 
@@ -164,9 +173,18 @@ def said(every: int) -> dict[str, tuple[int, int, Counter[str]]]:
         log = WORK / f"probe-{mode}.jsonl"
         rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line] if log.is_file() else []
         last = {r["query"]: r for r in rows if r["task"] == "analyze" and r["ok"] and r["parsed"]}
-        given = {q: parse_analysis(r["text"], []).get("complexity") for q, r in last.items()}
+        given = {q: r.get("said") or parse_analysis(r["text"], []).get("complexity") or logged_complexity(r["text"])
+                 for q, r in last.items()}
         out[mode] = (sum(given[q] == label.get(q) for q in given), len(given), Counter(str(c) for c in given.values()))
     return out
+
+
+def logged_complexity(text: str) -> str | None:
+    """The complexity a reply named, read from its logged start (the log keeps 300 characters)."""
+    import re
+
+    found = re.search(r'"complexity"\s*:\s*"(\w+)"', text)
+    return found.group(1) if found else None
 
 
 def report(every: int) -> str:
@@ -185,8 +203,9 @@ def report(every: int) -> str:
             understood.append(f"{'with schemas' if mode == 'auto' else 'without'}: {right} of {total} "
                               f"({right / total:.0%}) give the labelled complexity ({mix})")
     return (
-        f"`bench/study_parse_failures.py --every {every}`: every {every}. question of the KB tuning split "
-        f"({n['auto']} questions with schemas, {n['never']} without), asked of Gemma 3 270M (Q4_K_M) on "
+        f"`bench/study_parse_failures.py --every {every}`: one row in {every} of the KB tuning split "
+        f"({n['auto']} questions with schemas, {n['never']} without; {counts['auto']['distinct']} distinct texts, "
+        "the replies below count each distinct text once), asked of Gemma 3 270M (Q4_K_M) on "
         "llama.cpp's server along one fixed route, so both modes are asked the same prompts: one analyze, "
         "one plan and one batch grade of the question's top three passages per question; synthesis not "
         "asked. A reply fails to parse when the node's own parser cannot read it and the node falls back. "
