@@ -99,10 +99,17 @@ def section_realmodel(rm: Mapping[str, Any]) -> str:
              f(v["prompt_tokens_per_s"], 0) if v["prompt_tokens"] else "—",
              f(v["generation_tokens_per_s"], 1) if v["generated_tokens"] else "—"] for k, v in rm["runs"].items()]
     rerun, ratios = rm["runs"]["rerun"], rm["ratios"]
+    by_task = rm["runs"]["cold"].get("calls_by_task")
+    calls = ("" if not by_task else " Calls of the cold run by node: " + ", ".join(f"{t} {k}" for t, k in by_task.items())
+             + (": most plans name tool calls that find nothing (a grep for a made-up pattern, a file that does not "
+                "exist), so those questions end without evidence to grade or synthesize from."
+                if by_task.get("grade", 0) < by_task.get("plan", 0) else "."))
     return (head + f"`bench/bench_realmodel.py`: {rm['questions']} stratified KB questions against {rm['server']} "
             f"serving {rm['model']} (the realmodel extra; started in {f(rm['server_start_s'], 1)} s), "
-            "`CragConfig(top_k=3, max_iterations=1)`, at most 200 generated tokens per call, JSON schemas on "
-            "analyze, plan and grade. Tokens/s are the server's own counters over each run (prompt: tokens read; "
+            "`CragConfig(top_k=3, max_iterations=1, routing=False)` (no routing shortcut: every question is "
+            "classified and planned, and what its plan retrieves is graded and synthesized), at most 200 "
+            "generated tokens per call, JSON schemas on analyze, plan and "
+            "grade. Tokens/s are the server's own counters over each run (prompt: tokens read; "
             "generation: tokens written; per slot under concurrency); the server reuses the part of a prompt that "
             "matches its slot's last one, and counts those tokens apart (they take no time). The server and the lab share the "
             "machine's 2 cores.\n\n"
@@ -114,4 +121,4 @@ def section_realmodel(rm: Mapping[str, Any]) -> str:
             f"Concurrency {rm['runs']['concurrent']['concurrency']} / 1 in questions/s: "
             f"**{f(ratios['concurrent_over_cold'], 2)}×** (records equal to the one-at-a-time run's: "
             f"{'yes' if rm['concurrent_equal'] else 'no'}); "
-            f"the cached re-run is {f(ratios['rerun_over_cold'], 0)}× the cold one.\n")
+            f"the cached re-run is {f(ratios['rerun_over_cold'], 0)}× the cold one.{calls}\n")
