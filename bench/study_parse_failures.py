@@ -203,9 +203,10 @@ def report(every: int) -> str:
             understood.append(f"{'with schemas' if mode == 'auto' else 'without'}: {right} of {total} "
                               f"({right / total:.0%}) give the labelled complexity ({mix})")
     return (
-        f"`bench/study_parse_failures.py --every {every}`: one row in {every} of the KB tuning split "
-        f"({n['auto']} questions with schemas, {n['never']} without; {counts['auto']['distinct']} distinct texts, "
-        "the replies below count each distinct text once), asked of Gemma 3 270M (Q4_K_M) on "
+        f"`bench/study_parse_failures.py --every {every}`: questions of the KB tuning split ({len(questions(1))} in "
+        f"all; one row in {every} asked): {n['auto']} asked with schemas, {n['never']} without "
+        f"({counts['auto']['distinct']} distinct texts; the replies below count each distinct text once), "
+        "asked of Gemma 3 270M (Q4_K_M) on "
         "llama.cpp's server along one fixed route, so both modes are asked the same prompts: one analyze, "
         "one plan and one batch grade of the question's top three passages per question; synthesis not "
         "asked. A reply fails to parse when the node's own parser cannot read it and the node falls back. "
