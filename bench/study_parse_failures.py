@@ -19,8 +19,8 @@ says nothing about parsing. Failed calls (timeouts, HTTP errors) are counted apa
 Each mode keeps a run journal and the probe's log in ``.cache/bench/parse_study/``: an interrupted
 study started again asks only the questions it lacks, and ``--report`` rewrites the table.
 
-    .venv/bin/python bench/study_parse_failures.py            # ~1 h on 2 cores; writes docs/eval/real_model_study.md
-    .venv/bin/python bench/study_parse_failures.py --every 1  # all 140 questions (~3 h)
+    .venv/bin/python bench/study_parse_failures.py --every 1  # all 140 questions: ~1 h on 2 cores
+    .venv/bin/python bench/study_parse_failures.py            # every third: ~20 min
 
 The questions are every ``--every``-th row of ``data/kb_queries.jsonl`` (default 3: 47 questions
 spread over the file's chitchat, simple, complex and unanswerable rows), never the test split.
@@ -204,7 +204,8 @@ def report(every: int) -> str:
                               f"({right / total:.0%}) give the labelled complexity ({mix})")
     return (
         f"`bench/study_parse_failures.py --every {every}`: questions of the KB tuning split ({len(questions(1))} in "
-        f"all; one row in {every} asked): {n['auto']} asked with schemas, {n['never']} without "
+        f"all; {'every row' if every == 1 else f'one row in {every}'} asked): {n['auto']} asked with schemas, "
+        f"{n['never']} without "
         f"({counts['auto']['distinct']} distinct texts; the replies below count each distinct text once), "
         "asked of Gemma 3 270M (Q4_K_M) on "
         "llama.cpp's server along one fixed route, so both modes are asked the same prompts: one analyze, "
