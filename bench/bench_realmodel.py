@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from _common import KB, SCRATCH, emit, load_average, load_rows, log, parse_args, ratio, stratified
-from bench_scaleout import realmodel_missing
+from bench_scaleout import comparable, realmodel_missing
 
 QUESTIONS = 8
 SLOTS = 4
@@ -53,16 +53,6 @@ def server_counters(base_url: str) -> dict[str, float]:
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
     found = dict(re.findall(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", text, flags=re.M))
     return {name: float(found.get(name, "nan")) for name in METRICS}
-
-
-def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A record without what the wall clock or the cache decides (latencies, the cached flag)."""
-    from crag_lab.parsing import strip_stats_blocks
-
-    out = {k: v for k, v in record.items() if k not in ("latency_ms", "node_ms")}
-    out["answer"] = strip_stats_blocks(str(out["answer"]))
-    out["usage"] = [{k: v for k, v in u.items() if k not in ("latency_ms", "cached")} for u in out["usage"]]
-    return out
 
 
 def measured(exp: Any, seconds: float, before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:

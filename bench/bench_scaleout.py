@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from _common import KB, SCRATCH, emit, load_average, load_rows, log, parse_args, ratio, stratified, summary
@@ -43,12 +43,13 @@ QUESTIONS = 24
 SERVER_QUESTIONS = 6
 
 
-def comparable(record: dict[str, Any]) -> dict[str, Any]:
+def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record without what the wall clock or a response cache decides (latencies, the ``cached`` flag)."""
     from crag_lab.parsing import strip_stats_blocks
 
     out = {k: v for k, v in record.items() if k not in ("latency_ms", "node_ms")}
     out["answer"] = strip_stats_blocks(str(out["answer"]))
-    out["usage"] = [{k: v for k, v in u.items() if k != "latency_ms"} for u in out["usage"]]
+    out["usage"] = [{k: v for k, v in u.items() if k not in ("latency_ms", "cached")} for u in out["usage"]]
     return out
 
 

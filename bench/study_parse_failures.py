@@ -133,12 +133,17 @@ def run(every: int) -> None:
             print(f"structured={mode}: {len(exp.records)} questions in {time.perf_counter() - start:.0f} s", flush=True)
 
 
+def probe_rows(mode: str) -> list[dict[str, Any]]:
+    """What the probe logged for ``mode``, in order (a resumed study appends)."""
+    log = WORK / f"probe-{mode}.jsonl"
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line] if log.is_file() else []
+
+
 def tally() -> dict[str, dict[str, Any]]:
     """Per mode and node, from the probe's log (the last reply per question and node, after resumes)."""
     out: dict[str, dict[str, Any]] = {}
     for mode in MODES:
-        log = WORK / f"probe-{mode}.jsonl"
-        rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line] if log.is_file() else []
+        rows = probe_rows(mode)
         last = {(r["task"], r["query"]): r for r in rows}
         replies: Counter[str] = Counter()
         unparsed: Counter[str] = Counter()
@@ -170,8 +175,7 @@ def said(every: int) -> dict[str, tuple[int, int, Counter[str]]]:
     label = {q["question"]: q.get("complexity") for q in questions(every)}
     out = {}
     for mode in MODES:
-        log = WORK / f"probe-{mode}.jsonl"
-        rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line] if log.is_file() else []
+        rows = probe_rows(mode)
         last = {r["query"]: r for r in rows if r["task"] == "analyze" and r["ok"] and r["parsed"]}
         given = {q: r.get("said") or parse_analysis(r["text"], []).get("complexity") or logged_complexity(r["text"])
                  for q, r in last.items()}
