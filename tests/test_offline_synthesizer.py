@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from crag_lab.offline.synthesizer import answer, chitchat
+from crag_lab.offline.reading import UnitReading, label_answers
+from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat
+from crag_lab.offline.text import content_terms
+from crag_lab.offline.units import Unit, question_terms
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
@@ -38,6 +41,27 @@ def test_a_who_question_quotes_a_person(vectors: VectorCache) -> None:
 def test_a_command_question_quotes_the_command(vectors: VectorCache) -> None:
     text = answer("Which command rotates the gateway certificates?", [GATEWAY, RUNBOOK], vectors)
     assert "gwctl certs rotate" in text and "[2]" in text
+
+
+PROXY = {"n": 1, "title": "search-proxy", "path": "services/search-proxy/README.md",
+         "text": "# search-proxy\n\n| Variable | Default | Meaning |\n|---|---|---|\n"
+                 "| `PROXY_ELASTICSEARCH_URL` | `https://elasticsearch.proxy:9200` | Elasticsearch endpoint |\n\n"
+                 "- Backend: Elasticsearch 8.14 (two data nodes)"}
+
+
+def test_a_version_question_quotes_a_version_not_a_url_with_a_port(vectors: VectorCache) -> None:
+    assert answer("Which Elasticsearch version backs search-proxy?", [PROXY], vectors) == (
+        "Backend: Elasticsearch 8.14 (two data nodes) [1].")
+
+
+def test_a_row_labelled_with_the_asked_attribute_outranks_one_that_restates_the_subject() -> None:
+    query = "The service that consumes billing.export.v3: what language is it written in?"
+    terms = question_terms(query)
+    rows = [Unit(1, text, frozenset(content_terms(text))) for text in
+            ("Consumes: `billing.export.v3`", "Language: Kotlin 2.0, Ktor")]
+    restates, names = (UnitReading(u, 0.6, 0.4, None, label_answers(u.text, terms, None)) for u in rows)
+    assert (restates.label_hit, names.label_hit) == (False, True)
+    assert answer_score(names, 0.5) - answer_score(restates, 0.5) == pytest.approx(LABEL_BONUS)
 
 
 def test_evidence_about_something_else_gives_the_abstention(vectors: VectorCache) -> None:

@@ -20,7 +20,17 @@ from typing import Any
 import numpy as np
 
 from crag_lab.offline.text import content_terms, term_parts
-from crag_lab.offline.units import Unit, asks_for, expand, holds, question_terms, units_of
+from crag_lab.offline.units import (
+    Unit,
+    asks_for,
+    expand,
+    holds,
+    kind_labels,
+    labelled,
+    question_terms,
+    shape_of,
+    units_of,
+)
 from crag_lab.offline.vectors import VectorCache, passage_key
 
 CONTEXT_WEIGHT = 0.5
@@ -54,12 +64,42 @@ def coverage(q_terms: Sequence[str], own: frozenset[str], context: frozenset[str
     return got / len(q_terms)
 
 
+def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
+    """A labelled unit (``Language: Python 3.12``) whose label names what the question asks — one of
+    its terms, or the asked kind (``Date`` for when) — and whose value is mostly new to the question.
+
+    A row whose value only repeats the question (``Consumes: notify.outbound.v2``) names the subject,
+    not the answer.
+
+    >>> label_answers("Language: Python 3.12", ["servic", "languag"], None)
+    True
+    >>> label_answers("Consumes: notify.outbound.v2", ["consum", "notify.outbound.v2"], None)
+    False
+    """
+    asked = kind_labels(kind)
+    for label, value in labelled(text):
+        label_terms = expand(content_terms(label))
+        if not (any(has_term(t, label_terms) for t in q_terms) or label_terms & asked):
+            continue
+        value_terms = expand(content_terms(value))
+        new = [t for t in value_terms if not any(t == q or t in term_parts(q) for q in q_terms)]
+        if len(new) >= max(1, len(value_terms) / 2):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class UnitReading:
+    """One unit's reading: cosine, word coverage, whether it holds the asked kind of answer, whether
+    a label of it names what is asked (`label_answers`) and whether it has the asked finer shape
+    (a version, a share; None when none is asked)."""
+
     unit: Unit
     cos: float
     coverage: float
     holds: bool | None
+    label_hit: bool = False
+    shaped: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +150,7 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
     it) and each item's units, encoded together per item (`VectorCache.group`) when not yet seen.
     """
     kind = asks_for(query)
+    shape = shape_of(query, kind)
     q_terms = tuple(question_terms(query)) or tuple(content_terms(query))
     texts = [str(item.get("text", "")) for item in items]
     titles = [str(item.get("title") or "") for item in items]
@@ -126,7 +167,9 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
     for i, (item, text, title, units) in enumerate(zip(items, texts, titles, per_item, strict=True)):
         title_terms = expand(content_terms(title))
         own = expand(content_terms(text))
-        unit_rows = tuple(UnitReading(u, float(c), coverage(q_terms, u.terms, u.context), holds(kind, u.text, query))
+        unit_rows = tuple(UnitReading(u, float(c), coverage(q_terms, u.terms, u.context), holds(kind, u.text, query),
+                                      label_answers(u.text, q_terms, kind),
+                                      None if shape is None else bool(shape.search(u.text)))
                           for u, c in zip(units, unit_cos[i], strict=True))
         readings.append(ItemReading(
             n=int(item.get("n", i + 1)), title=title, cos=float(item_cos[i]),

@@ -35,6 +35,10 @@ ITEM_WEIGHT = 0.5
 COVERAGE_WEIGHT = 0.6
 KIND_BONUS = 0.15
 KIND_PENALTY = 0.25
+LABEL_BONUS = 0.15
+"""A labelled unit whose label names what is asked (``Language: ...`` for "what language")."""
+SHAPE_WEIGHT = 0.15
+"""Added when a unit has the asked finer shape (a version for "which version"), taken when it has not."""
 SAME_ITEM_UNITS = 2
 """When the best unit does not hold the asked kind of answer (or none is asked), at most this many
 further units of its item are quoted, when within `SAME_ITEM_MARGIN`: quoting more of one passage
@@ -59,10 +63,13 @@ class Choice:
 
 
 def answer_score(u: UnitReading, item_cos: float) -> float:
-    """How well one unit answers: meaning, words, the asked kind, and its item's meaning."""
+    """How well one unit answers: meaning, words, the asked kind and shape, a label naming what is
+    asked, and its item's meaning."""
     kind = KIND_BONUS if u.holds is True else (-KIND_PENALTY if u.holds is False else 0.0)
     question_like = -0.3 if u.unit.text.rstrip("*_ ").endswith("?") else 0.0
-    return u.cos + COVERAGE_WEIGHT * u.coverage + kind + question_like + ITEM_WEIGHT * item_cos
+    label = LABEL_BONUS if u.label_hit else 0.0
+    shape = 0.0 if u.shaped is None else (SHAPE_WEIGHT if u.shaped else -SHAPE_WEIGHT)
+    return u.cos + COVERAGE_WEIGHT * u.coverage + kind + question_like + label + shape + ITEM_WEIGHT * item_cos
 
 
 def _ranked(reading: Reading) -> list[tuple[float, UnitReading]]:

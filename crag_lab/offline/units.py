@@ -70,11 +70,50 @@ _LOOKS = {
     "quantity": re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*%)?(?![\w-])"),
     "person": re.compile(r"\b[A-Z][a-z]+(?:\s+(?:de|van|von|da|del|der|la|le|dos|di)?\s*[A-Z][a-zà-ÿ]+)+\b"),
 }
+# Labels that name the asked kind of answer: a row labelled "Date" answers a when-question.
+_KIND_LABELS = {
+    "time": "date day when time since until year month start",
+    "person": "lead owner manager commander approver contact author who engineer assignee responsible chair sponsor",
+    "duration": "duration timeout ttl retention interval delay expiry lifetime period window wait deadline target "
+                "after within",
+}
+# Finer shapes of a quantity: a version looks like 2.13 or v3, a share like 10 %.
+_SHAPES = (
+    (re.compile(r"\bversions?\b", re.IGNORECASE), re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?!\w)|\bv\d+\b")),
+    (re.compile(r"\b(?:share|percent|percentage|ratio)\b", re.IGNORECASE), re.compile(r"\d\s*%|\bpercent")),
+)
+_LABEL = re.compile(r"^\s*([^:;`]{1,40}?):\s+(\S.*)$")
 _FRAME = re.compile(r"\bhow (?:many|much(?: time)?|long|often|far|quickly|fast|big|large|soon|old)\b|"
                     r"\bwhat (?:time|date|day|year)\b|\bwhich (?:day|date|year|month)\b|\bby name\b",
                     re.IGNORECASE)
 _PARTS = re.compile(r",\s*and\s+|\s+and\s+(?=(?:(?:at|in|on|under|from|to|for|by|with|after|before)\s+)?"
                     r"(?:what|which|who|whom|whose|how|when|where|why|is|are|does|do)\b)|;\s*|\?\s+", re.IGNORECASE)
+
+
+def kind_labels(kind: str | None) -> frozenset[str]:
+    """Stemmed label words that name ``kind`` ("Date", "When" for time)."""
+    return frozenset(content_terms(_KIND_LABELS.get(kind or "", "")))
+
+
+def shape_of(question: str, kind: str | None) -> re.Pattern[str] | None:
+    """The finer shape of the quantity a question asks for (a version, a share), or None.
+
+    >>> shape_of("Which version runs?", "quantity").search("OpenSearch 2.13") is not None
+    True
+    """
+    if kind != "quantity":
+        return None
+    return next((shape for asked, shape in _SHAPES if asked.search(question)), None)
+
+
+def labelled(text: str) -> list[tuple[str, str]]:
+    """The (label, value) pairs of a labelled unit: a table row, a ``Key: value`` line; else ``[]``.
+
+    >>> labelled("Step: 3; Day: +21"), labelled("It runs daily.")
+    ([('Step', '3'), ('Day', '+21')], [])
+    """
+    pairs = [_LABEL.match(segment) for segment in text.split("; ")]
+    return [(m.group(1), m.group(2)) for m in pairs if m is not None]
 
 
 @dataclass(frozen=True)
