@@ -64,6 +64,19 @@ def test_a_row_labelled_with_the_asked_attribute_outranks_one_that_restates_the_
     assert answer_score(names, 0.5) - answer_score(restates, 0.5) == pytest.approx(LABEL_BONUS)
 
 
+def test_a_wide_row_is_cut_to_the_pairs_that_answer(vectors: VectorCache) -> None:
+    teams = {"n": 1, "title": "Teams", "path": "org/teams.md",
+             "text": "| Team | Lead | Slack | Jira key | Headcount |\n|---|---|---|---|---|\n"
+                     "| Billing | Ana Costa | #team-billing | BIL | 6 |\n| Search | Joe Park | #team-search | SRC | 4 |"}
+    # kept: the row's subject, the pair that answers (Lead), a pair naming what the question names
+    # (#team-billing); dropped: the Jira key and the headcount
+    assert answer("Who leads the Billing team?", [teams], vectors) == (
+        "Team: Billing; Lead: Ana Costa; Slack: #team-billing [1].")
+    # no asked kind, nothing says which pairs are noise: the row stays whole
+    assert answer("Tell me about the Billing team", [teams], vectors).startswith(
+        "Team: Billing; Lead: Ana Costa; Slack: #team-billing; Jira key: BIL; Headcount: 6 [1].")
+
+
 def test_evidence_about_something_else_gives_the_abstention(vectors: VectorCache) -> None:
     assert answer("What is the disaster-recovery RPO of the search service?", [TEAM], vectors) == NO_EVIDENCE_ANSWER
     assert answer("Which port?", [], vectors) == NO_EVIDENCE_ANSWER

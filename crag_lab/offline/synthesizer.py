@@ -20,8 +20,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from crag_lab.offline.reading import Reading, UnitReading, coverage, read, unit_support
-from crag_lab.offline.units import asks_for, holds, question_parts, question_terms
+from crag_lab.offline.reading import Reading, UnitReading, coverage, has_term, read, unit_support
+from crag_lab.offline.text import content_terms, term_parts
+from crag_lab.offline.units import asks_for, expand, holds, kind_labels, labelled, question_parts, question_terms
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
@@ -113,7 +114,7 @@ def _best_for_part(reading: Reading, part: str) -> UnitReading | None:
 
 
 def shortest_span(unit: UnitReading, kind: str | None, query: str) -> str:
-    """The unit, or for a long one the clause that holds the asked kind of answer.
+    """The unit, trimmed to what answers: a labelled row to its answering pairs, a long unit to its clause.
 
     >>> from crag_lab.offline.units import Unit
     >>> u = UnitReading(Unit(1, "Owner: Payments Core; lead: Tiago Mendes (since 2023)", frozenset()), 0.5, 0.5, True)
@@ -121,11 +122,45 @@ def shortest_span(unit: UnitReading, kind: str | None, query: str) -> str:
     'Owner: Payments Core; lead: Tiago Mendes (since 2023)'
     """
     text = unit.unit.text.strip()
+    row = answering_pairs(text, kind, query)
+    if row is not None:
+        return row
     if len(text) <= WIDE_UNIT_CHARS or kind is None:
         return text
     clauses = [c for c in _CLAUSE.split(text) if c.strip()]
     typed = [c for c in clauses if holds(kind, c, query)]
     return typed[0].strip(" ,;") if len(typed) == 1 else text
+
+
+def answering_pairs(text: str, kind: str | None, query: str) -> str | None:
+    """A labelled row of three or more pairs cut to the pairs that matter, or None to keep it whole.
+
+    Kept: the first pair (what the row is about), pairs that answer — labelled with the asked kind
+    (``Lead`` for who) or holding a thing of that kind — and pairs that tie the row to the question
+    (a label or value the question names). Only a question that asks a kind is cut, and only when
+    some pair answers it: otherwise nothing says which pairs are noise.
+
+    >>> answering_pairs("Team: Payments; Lead: Tiago Mendes; Jira key: PAY; Budget: 3", "person", "Who leads Payments?")
+    'Team: Payments; Lead: Tiago Mendes'
+    >>> answering_pairs("Team: Payments; Lead: Tiago Mendes; Jira key: PAY", None, "What is Payments?") is None
+    True
+    """
+    segments = text.split("; ")
+    pairs = labelled(text)
+    if kind is None or len(pairs) < 3 or len(pairs) != len(segments):
+        return None
+    terms = question_terms(query)
+    asked = kind_labels(kind)
+    keep, answers = [0], False
+    for i, (label, value) in enumerate(pairs[1:], 1):
+        label_terms = expand(content_terms(label))
+        answering = bool(label_terms & asked) or bool(holds(kind, value, query))
+        ties = any(has_term(t, label_terms) for t in terms) or any(
+            v == t or v in term_parts(t) for v in expand(content_terms(value)) for t in terms)
+        answers |= answering
+        if answering or ties:
+            keep.append(i)
+    return "; ".join(segments[i] for i in keep) if answers and len(keep) < len(pairs) else None
 
 
 def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:
