@@ -64,6 +64,15 @@ def coverage(q_terms: Sequence[str], own: frozenset[str], context: frozenset[str
     return got / len(q_terms)
 
 
+def echoes(term: str, q_terms: Sequence[str]) -> bool:
+    """The (stemmed) term is a question term or a part of one (``payment`` of ``team-payments``).
+
+    >>> echoes("payment", ["team-payments"]), echoes("kotlin", ["languag"])
+    (True, False)
+    """
+    return any(term == q or term in term_parts(q) for q in q_terms)
+
+
 def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
     """A labelled unit (``Language: Python 3.12``) whose label names what the question asks — one of
     its terms, or the asked kind (``Date`` for when) — and whose value is mostly new to the question.
@@ -82,7 +91,7 @@ def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
         if not (any(has_term(t, label_terms) for t in q_terms) or label_terms & asked):
             continue
         value_terms = expand(content_terms(value))
-        new = [t for t in value_terms if not any(t == q or t in term_parts(q) for q in q_terms)]
+        new = [t for t in value_terms if not echoes(t, q_terms)]
         if len(new) >= max(1, len(value_terms) / 2):
             return True
     return False

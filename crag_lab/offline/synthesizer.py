@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from crag_lab.offline.reading import Reading, UnitReading, coverage, has_term, read, unit_support
-from crag_lab.offline.text import content_terms, term_parts
+from crag_lab.offline.reading import Reading, UnitReading, coverage, echoes, has_term, read, unit_support
+from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import asks_for, expand, holds, kind_labels, labelled, question_parts, question_terms
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
@@ -156,7 +156,7 @@ def answering_pairs(text: str, kind: str | None, query: str) -> str | None:
         label_terms = expand(content_terms(label))
         answering = bool(label_terms & asked) or bool(holds(kind, value, query))
         ties = any(has_term(t, label_terms) for t in terms) or any(
-            v == t or v in term_parts(t) for v in expand(content_terms(value)) for t in terms)
+            echoes(v, terms) for v in expand(content_terms(value)))
         answers |= answering
         if answering or ties:
             keep.append(i)

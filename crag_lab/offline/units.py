@@ -71,12 +71,12 @@ _LOOKS = {
     "person": re.compile(r"\b[A-Z][a-z]+(?:\s+(?:de|van|von|da|del|der|la|le|dos|di)?\s*[A-Z][a-zà-ÿ]+)+\b"),
 }
 # Labels that name the asked kind of answer: a row labelled "Date" answers a when-question.
-_KIND_LABELS = {
+_KIND_LABELS = {kind: frozenset(content_terms(words)) for kind, words in {
     "time": "date day when time since until year month start",
     "person": "lead owner manager commander approver contact author who engineer assignee responsible chair sponsor",
     "duration": "duration timeout ttl retention interval delay expiry lifetime period window wait deadline target "
                 "after within",
-}
+}.items()}
 # Finer shapes of a quantity: a version looks like 2.13 or v3, a share like 10 %.
 _SHAPES = (
     (re.compile(r"\bversions?\b", re.IGNORECASE), re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?!\w)|\bv\d+\b")),
@@ -92,7 +92,7 @@ _PARTS = re.compile(r",\s*and\s+|\s+and\s+(?=(?:(?:at|in|on|under|from|to|for|by
 
 def kind_labels(kind: str | None) -> frozenset[str]:
     """Stemmed label words that name ``kind`` ("Date", "When" for time)."""
-    return frozenset(content_terms(_KIND_LABELS.get(kind or "", "")))
+    return _KIND_LABELS.get(kind or "", frozenset())
 
 
 def shape_of(question: str, kind: str | None) -> re.Pattern[str] | None:
