@@ -43,6 +43,17 @@ def test_a_command_question_quotes_the_command(vectors: VectorCache) -> None:
     assert "gwctl certs rotate" in text and "[2]" in text
 
 
+ACCESS = {"n": 1, "title": "Certificate rotation", "path": "runbooks/certs.md",
+          "text": "# Certificate rotation\n\nTo rotate the gateway certificates you need the role `certs-operator`.\n\n"
+                  "Since 2024 the gateway certificates are rotated with `gwctl certs rotate` and a hot reload."}
+
+
+def test_a_how_do_i_question_quotes_a_command_with_arguments_not_a_lone_identifier(vectors: VectorCache) -> None:
+    # The role sentence matches the question's words better; only a code span with arguments is a command.
+    text = answer("How do I rotate the gateway certificates?", [ACCESS], vectors)
+    assert "gwctl certs rotate" in text and "certs-operator" not in text
+
+
 PROXY = {"n": 1, "title": "search-proxy", "path": "services/search-proxy/README.md",
          "text": "# search-proxy\n\n| Variable | Default | Meaning |\n|---|---|---|\n"
                  "| `PROXY_ELASTICSEARCH_URL` | `https://elasticsearch.proxy:9200` | Elasticsearch endpoint |\n\n"

@@ -82,6 +82,10 @@ _SHAPES = (
     (re.compile(r"\bversions?\b", re.IGNORECASE), re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?!\w)|\bv\d+\b")),
     (re.compile(r"\b(?:share|percent|percentage|ratio)\b", re.IGNORECASE), re.compile(r"\d\s*%|\bpercent")),
 )
+# A command is an invocation with arguments: a code span with a space in it (`gwctl certs rotate`).
+_COMMAND = (re.compile(r"\bcommands?\b|\bhow (?:do|can|should|would) (?:i|we|you)\b|\b(?:cli|invocation)\b",
+                       re.IGNORECASE),
+            re.compile(r"`[^`\s]+ [^`]*[^`\s]`"))
 _LABEL = re.compile(r"^\s*([^:;`]{1,40}?):\s+(\S.*)$")
 _FRAME = re.compile(r"\bhow (?:many|much(?: time)?|long|often|far|quickly|fast|big|large|soon|old)\b|"
                     r"\bwhat (?:time|date|day|year)\b|\bwhich (?:day|date|year|month)\b|\bby name\b",
@@ -96,11 +100,18 @@ def kind_labels(kind: str | None) -> frozenset[str]:
 
 
 def shape_of(question: str, kind: str | None) -> re.Pattern[str] | None:
-    """The finer shape of the quantity a question asks for (a version, a share), or None.
+    """The finer shape of the answer a question asks for (a version, a share, a command), or None.
+
+    A command wanted ("which command", "how do I") is a code span with arguments, not a lone identifier:
 
     >>> shape_of("Which version runs?", "quantity").search("OpenSearch 2.13") is not None
     True
+    >>> command = shape_of("How do I rotate the certificates?", "code")
+    >>> bool(command.search("run `gwctl certs rotate`")), bool(command.search("the role `certs-operator`"))
+    (True, False)
     """
+    if kind == "code":
+        return _COMMAND[1] if _COMMAND[0].search(question) else None
     if kind != "quantity":
         return None
     return next((shape for asked, shape in _SHAPES if asked.search(question)), None)
