@@ -54,6 +54,19 @@ def test_a_how_do_i_question_quotes_a_command_with_arguments_not_a_lone_identifi
     assert "gwctl certs rotate" in text and "certs-operator" not in text
 
 
+TOPICS = [{"n": 1, "title": "payment.events.v1", "path": "platform/kafka.md",
+           "text": "# payment.events.v1\n\n- Retention: 14 days\n- Partitions: 24"},
+          {"n": 2, "title": "invoice.overdue.v1", "path": "platform/kafka.md",
+           "text": "# invoice.overdue.v1\n\n- Retention: 7 days\n- Partitions: 6"}]
+
+
+def test_a_comparison_quotes_the_same_labelled_fact_for_both_sides(vectors: VectorCache) -> None:
+    text = answer("Which topic has the longer retention, payment.events.v1 or invoice.overdue.v1?", TOPICS, vectors)
+    assert "Retention: 14 days [1]" in text and "Retention: 7 days [2]" in text
+    # One fact asked about one side: one side quoted.
+    assert "[2]" not in answer("What is the retention of payment.events.v1?", TOPICS, vectors)
+
+
 PROXY = {"n": 1, "title": "search-proxy", "path": "services/search-proxy/README.md",
          "text": "# search-proxy\n\n| Variable | Default | Meaning |\n|---|---|---|\n"
                  "| `PROXY_ELASTICSEARCH_URL` | `https://elasticsearch.proxy:9200` | Elasticsearch endpoint |\n\n"

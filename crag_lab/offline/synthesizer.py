@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from crag_lab.offline import router
 from crag_lab.offline.reading import Reading, UnitReading, coverage, echoes, has_term, read, unit_support
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import asks_for, expand, holds, kind_labels, labelled, question_parts, question_terms
@@ -46,6 +47,9 @@ further units of its item are quoted, when within `SAME_ITEM_MARGIN`: quoting mo
 costs no citation precision and often catches an answer the best unit only leads up to."""
 SAME_ITEM_MARGIN = 0.5
 MAX_UNITS = 3
+"""At most this many units before a comparison's other side (`parallel_fact`), which may add one more."""
+COMPARING_RULES = ("comparison", "alternatives", "between")
+"""The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+|\s+(?=\((?!\d))|,\s+(?=(?:and|but|which|while|so)\b)")
@@ -96,7 +100,29 @@ def choose(reading: Reading) -> Choice:
         part_best = _best_for_part(reading, part)
         if part_best is not None and all(part_best.unit.text != c.unit.text for c in chosen):
             chosen.append(part_best)
+    other_side = parallel_fact(reading.query, ranked, chosen)
+    if other_side is not None:
+        chosen.append(other_side)
     return Choice(tuple(chosen), unit_support(best))
+
+
+def parallel_fact(query: str, ranked: Sequence[tuple[float, UnitReading]],
+                  chosen: Sequence[UnitReading]) -> UnitReading | None:
+    """For a comparison, the best-ranked further unit that states the same labelled fact as the best one.
+
+    A comparison ("which had the longer impact, A or B?", "compare the ports of A and B") is answered
+    by both sides: when the best unit is labelled (``Duration of customer impact: 1 h 49 min``), the
+    highest-ranked unit with the same labels, not yet quoted, is the other side's value. None for any
+    other question, an unlabelled best unit, or no such unit.
+    """
+    if router.explain(query)[1] not in COMPARING_RULES or not chosen:
+        return None
+    labels = [label.lower() for label, _ in labelled(chosen[0].unit.text)]
+    if not labels:
+        return None
+    quoted = {c.unit.text for c in chosen}
+    return next((u for _, u in ranked if u.unit.text not in quoted
+                 and [label.lower() for label, _ in labelled(u.unit.text)] == labels), None)
 
 
 def _best_for_part(reading: Reading, part: str) -> UnitReading | None:
