@@ -47,6 +47,16 @@ def test_a_unit_holds_a_kind_only_with_something_new() -> None:
     assert holds(None, "anything", "What is it?") is None
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    ("The secret syncs every 15 minutes.", True), ("Shifts change every Monday.", True),
+    ("Reports go out every other week.", True), ("It runs nightly.", True),
+    ("Every secret used by a service lives in Vault.", False), ("Every team runs a schedule.", False),
+])
+def test_every_is_a_frequency_only_before_a_time_unit(text: str, found: bool) -> None:
+    # "every secret" is no answer to "how often"; "every 15 minutes" is.
+    assert holds("duration", text, "How often does it happen?") is found
+
+
 def test_question_parts() -> None:
     assert question_parts("Which team owns it, and in which channel do I reach them?") == [
         "Which team owns it", "in which channel do I reach them"]

@@ -62,7 +62,9 @@ _LOOKS = {
                          re.IGNORECASE),
     "code": re.compile(r"`[^`]+`|\b[\w.-]+(?:[-_:./][\w]+)+\b|--[a-z][\w-]*"),
     "duration": re.compile(rf"(?<![\w.-])\d[\d,.]*\s*(?:-\s*)?{_DURATION}\b|\b(?:daily|weekly|monthly|hourly|"
-                           r"quarterly|yearly|nightly|every \w+)\b", re.IGNORECASE),
+                           r"quarterly|yearly|nightly)\b|\bevery (?:other |\d+\s*)?(?:second|minute|hour|day|night|"
+                           r"morning|evening|week|weekday|month|quarter|year|monday|tuesday|wednesday|thursday|friday|"
+                           r"saturday|sunday)s?\b", re.IGNORECASE),
     "time": re.compile(r"\b\d{1,4}(?:[-:./]\d{1,4})+\b|\b(?:monday|tuesday|wednesday|thursday|friday|saturday|"
                        r"sunday|january|february|march|april|may|june|july|august|september|october|november|"
                        r"december|daily|weekly|monthly|quarterly|yearly|nightly)\b|\b\d+\s*(?:am|pm|h|cet|utc)\b|"
