@@ -4,8 +4,9 @@ It reads the evidence the way the grader does (`crag_lab.offline.reading`): ever
 list item, table row (``Public port: 8443``) or code line — gets a support score from its MiniLM
 cosine with the question, the share of the question's words it holds, and whether it holds the kind
 of answer the phrasing asks for (who ⇒ a person, which port / how many ⇒ a number, when ⇒ a date,
-which command ⇒ a code span). The best unit is the answer, cited with its item's ``[N]``; each
-further part of a multi-part question adds its own best unit. When even the best unit's support
+which command ⇒ a code span with arguments). The best unit is the answer, cited with its item's
+``[N]``; each further part of a multi-part question adds its own best unit, and a comparison the
+other side's unit with the same labels. When even the best unit's support
 is below `ABSTAIN_BELOW`, the answer is the spec's abstention sentence.
 
 >>> from crag_lab.offline.vectors import VectorCache  # doctest: +SKIP
