@@ -79,15 +79,19 @@ _KIND_LABELS = {kind: frozenset(content_terms(words)) for kind, words in {
     "duration": "duration timeout ttl retention interval delay expiry lifetime period window wait deadline target "
                 "after within",
 }.items()}
-# Finer shapes of a quantity: a version looks like 2.13 or v3, a share like 10 %.
-_SHAPES = (
-    (re.compile(r"\bversions?\b", re.IGNORECASE), re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?!\w)|\bv\d+\b")),
-    (re.compile(r"\b(?:share|percent|percentage|ratio)\b", re.IGNORECASE), re.compile(r"\d\s*%|\bpercent")),
-)
-# A command is an invocation with arguments: a code span with a space in it (`gwctl certs rotate`).
-_COMMAND = (re.compile(r"\bcommands?\b|\bhow (?:do|can|should|would) (?:i|we|you)\b|\b(?:cli|invocation)\b",
-                       re.IGNORECASE),
-            re.compile(r"`[^`\s]+ [^`]*[^`\s]`"))
+# Finer shapes of an answer, per kind: (what the question says, what the answer looks like). A version
+# looks like 2.13 or v3, a share like 10 %; a command is an invocation with arguments, a code span
+# with a space in it (`gwctl certs rotate`).
+_SHAPES: dict[str, tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]] = {
+    "quantity": (
+        (re.compile(r"\bversions?\b", re.IGNORECASE), re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?!\w)|\bv\d+\b")),
+        (re.compile(r"\b(?:share|percent|percentage|ratio)\b", re.IGNORECASE), re.compile(r"\d\s*%|\bpercent")),
+    ),
+    "code": (
+        (re.compile(r"\bcommands?\b|\bhow (?:do|can|should|would) (?:i|we|you)\b|\b(?:cli|invocation)\b",
+                    re.IGNORECASE), re.compile(r"`[^`\s]+ [^`]*[^`\s]`")),
+    ),
+}
 _LABEL = re.compile(r"^\s*([^:;`]{1,40}?):\s+(\S.*)$")
 _FRAME = re.compile(r"\bhow (?:many|much(?: time)?|long|often|far|quickly|fast|big|large|soon|old)\b|"
                     r"\bwhat (?:time|date|day|year)\b|\bwhich (?:day|date|year|month)\b|\bby name\b",
@@ -112,11 +116,7 @@ def shape_of(question: str, kind: str | None) -> re.Pattern[str] | None:
     >>> bool(command.search("run `gwctl certs rotate`")), bool(command.search("the role `certs-operator`"))
     (True, False)
     """
-    if kind == "code":
-        return _COMMAND[1] if _COMMAND[0].search(question) else None
-    if kind != "quantity":
-        return None
-    return next((shape for asked, shape in _SHAPES if asked.search(question)), None)
+    return next((shape for asked, shape in _SHAPES.get(kind or "", ()) if asked.search(question)), None)
 
 
 def labelled(text: str) -> list[tuple[str, str]]:
