@@ -101,7 +101,7 @@ def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
 class UnitReading:
     """One unit's reading: cosine, word coverage, whether it holds the asked kind of answer, whether
     a label of it names what is asked (`label_answers`) and whether it has the asked finer shape
-    (a version, a share; None when none is asked)."""
+    (`units.shape_of`: a version, a share, a command with arguments; None when none is asked)."""
 
     unit: Unit
     cos: float
