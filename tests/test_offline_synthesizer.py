@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crag_lab.offline.reading import UnitReading, label_answers
+from crag_lab.offline.reading import UnitReading, label_answers, read
 from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import Unit, question_terms
@@ -104,6 +104,23 @@ def test_a_wide_row_is_cut_to_the_pairs_that_answer(vectors: VectorCache) -> Non
 def test_evidence_about_something_else_gives_the_abstention(vectors: VectorCache) -> None:
     assert answer("What is the disaster-recovery RPO of the search service?", [TEAM], vectors) == NO_EVIDENCE_ANSWER
     assert answer("Which port?", [], vectors) == NO_EVIDENCE_ANSWER
+
+
+ACQUIRERS = {"n": 1, "title": "card-router", "path": "services/card-router/README.md",
+             "text": "# card-router\n\n| Card scheme | Default acquirer |\n|---|---|\n"
+                     "| Visa | acq-north |\n| Mastercard | acq-south |"}
+
+
+def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: VectorCache) -> None:
+    # The table is about the right thing (schemes and their acquirers) but never names Maestro.
+    assert read("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors).ungrounded == ("maestro",)
+    assert answer("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == NO_EVIDENCE_ANSWER
+    # The same question about a scheme the table names is answered; a month is no name (dates are numbers).
+    assert "acq-south [1]" in answer("Which acquirer is the default for Mastercard cards since March?",
+                                     [ACQUIRERS], vectors)
+    # A one-letter slip in a long name still names the scheme; a different number is a different thing.
+    assert "acq-south [1]" in answer("Which acquirer is the default for Mastercad cards?", [ACQUIRERS], vectors)
+    assert read("Which acquirer serves port 7071?", [ACQUIRERS], vectors).ungrounded == ("7071",)
 
 
 @pytest.mark.parametrize(("message", "word"), [

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from crag_lab.offline.text import content_terms, term_parts
+from crag_lab.offline.text import content_terms, one_slip, term_parts
 from crag_lab.offline.units import (
     Unit,
     asks_for,
@@ -27,6 +27,7 @@ from crag_lab.offline.units import (
     holds,
     kind_labels,
     labelled,
+    names,
     question_terms,
     shape_of,
     units_of,
@@ -62,6 +63,22 @@ def coverage(q_terms: Sequence[str], own: frozenset[str], context: frozenset[str
         elif has_term(term, context):
             got += CONTEXT_WEIGHT
     return got / len(q_terms)
+
+
+SLIP_MIN_LETTERS = 5
+"""A name's word of at least this many letters counts as held when one typing slip away from an evidence word."""
+
+
+def grounded(name: Sequence[str], held: frozenset[str]) -> bool:
+    """Every term of a name (`units.names`) is among the evidence's terms ``held``; a word of
+    `SLIP_MIN_LETTERS` letters or more also when one typing slip away (``Kelven`` for ``Kelvin``).
+    Numbers must match exactly: 7070 and 7071 are different ports.
+
+    >>> grounded(["kelven"], frozenset({"kelvin", "report"})), grounded(["7071"], frozenset({"7070"}))
+    (True, False)
+    """
+    return all(has_term(term, held) or (term.isalpha() and len(term) >= SLIP_MIN_LETTERS
+                                        and any(one_slip(term, word) for word in held)) for term in name)
 
 
 def echoes(term: str, q_terms: Sequence[str]) -> bool:
@@ -136,10 +153,14 @@ def unit_support(u: UnitReading) -> float:
 
 @dataclass(frozen=True)
 class Reading:
+    """A question's reading of its evidence; ``ungrounded`` are the names the question uses
+    (`units.names`: ``Maestro``, ``PAY-142``, ``7070``) that no item's text or title holds."""
+
     query: str
     kind: str | None
     terms: tuple[str, ...]
     items: tuple[ItemReading, ...]
+    ungrounded: tuple[str, ...] = ()
 
 
 def _unit_key(title: str, unit: Unit) -> str:
@@ -173,9 +194,11 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
     unit_cos = [cache.group([_unit_key(title, u) for u in units]) @ q_vec if units else np.zeros(0)
                 for title, units in zip(titles, per_item, strict=True)]
     readings = []
+    held: set[str] = set()
     for i, (item, text, title, units) in enumerate(zip(items, texts, titles, per_item, strict=True)):
         title_terms = expand(content_terms(title))
         own = expand(content_terms(text))
+        held |= own | title_terms
         unit_rows = tuple(UnitReading(u, float(c), coverage(q_terms, u.terms, u.context), holds(kind, u.text, query),
                                       label_answers(u.text, q_terms, kind),
                                       None if shape is None else bool(shape.search(u.text)))
@@ -184,7 +207,9 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
             n=int(item.get("n", i + 1)), title=title, cos=float(item_cos[i]),
             coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=unit_rows,
         ))
-    return Reading(query, kind, q_terms, tuple(readings))
+    everything = frozenset(held)
+    ungrounded = tuple(" ".join(name) for name in names(query) if not grounded(name, everything))
+    return Reading(query, kind, q_terms, tuple(readings), ungrounded)
 
 
 GRADER_FEATURES: tuple[str, ...] = (

@@ -7,7 +7,8 @@ of answer the phrasing asks for (who ⇒ a person, which port / how many ⇒ a n
 which command ⇒ a code span with arguments). The best unit is the answer, cited with its item's
 ``[N]``; each further part of a multi-part question adds its own best unit, and a comparison the
 other side's unit with the same labels. When even the best unit's support
-is below `ABSTAIN_BELOW`, the answer is the spec's abstention sentence.
+is below `ABSTAIN_BELOW`, or the question uses a name no evidence item holds (``Maestro``, ``PAY-142``,
+``7070``: `crag_lab.offline.units.names`), the answer is the spec's abstention sentence.
 
 >>> from crag_lab.offline.vectors import VectorCache  # doctest: +SKIP
 >>> answer("Which port does the gateway use?", [{"n": 1, "text": "The gateway listens on port 8443."}],
@@ -58,14 +59,16 @@ _CLAUSE = re.compile(r"(?<=[;:])\s+|\s+(?=\((?!\d))|,\s+(?=(?:and|but|which|whil
 
 @dataclass(frozen=True)
 class Choice:
-    """What the synthesizer would quote and how sure it is."""
+    """What the synthesizer would quote, how sure it is, and the question's names the evidence lacks."""
 
     units: tuple[UnitReading, ...]
     support: float
+    ungrounded: tuple[str, ...] = ()
 
     @property
     def abstains(self) -> bool:
-        return not self.units or self.support < ABSTAIN_BELOW
+        """No unit, a best unit below `ABSTAIN_BELOW`, or a name of the question no evidence holds."""
+        return not self.units or self.support < ABSTAIN_BELOW or bool(self.ungrounded)
 
 
 def answer_score(u: UnitReading, item_cos: float) -> float:
@@ -104,7 +107,7 @@ def choose(reading: Reading) -> Choice:
     other_side = parallel_fact(reading.query, ranked, chosen)
     if other_side is not None:
         chosen.append(other_side)
-    return Choice(tuple(chosen), unit_support(best))
+    return Choice(tuple(chosen), unit_support(best), reading.ungrounded)
 
 
 def parallel_fact(query: str, ranked: Sequence[tuple[float, UnitReading]],

@@ -58,3 +58,19 @@ def term_parts(term: str) -> list[str]:
     if len(parts) < 2:
         return []
     return [stem(p) for p in parts if p not in STOPWORDS]
+
+
+def one_slip(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by one typing slip: a letter changed, added, dropped, or two swapped.
+
+    >>> one_slip("kelven", "kelvin"), one_slip("leibnz", "leibniz"), one_slip("zeria", "zeira"), one_slip("abc", "xyz")
+    (True, True, True, False)
+    """
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                   and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from crag_lab.offline.text import content_terms, term_parts
+from crag_lab.offline.text import STOPWORDS, content_terms, term_parts
 
 MAX_UNIT_CHARS = 400
 
@@ -96,6 +96,12 @@ _LABEL = re.compile(r"^\s*([^:;`]{1,40}?):\s+(\S.*)$")
 _FRAME = re.compile(r"\bhow (?:many|much(?: time)?|long|often|far|quickly|fast|big|large|soon|old)\b|"
                     r"\bwhat (?:time|date|day|year)\b|\bwhich (?:day|date|year|month)\b|\bby name\b",
                     re.IGNORECASE)
+# What a question names: a code span, a word with a digit (`PAY-142`, `2025.03.2`, `09:30`), or a
+# capitalised word that does not open a sentence (`Maestro`, `ADR-0007`). Month and weekday names are
+# not names here: documents write dates as numbers.
+_NAMED = re.compile(r"`[^`]+`|\b[\w.-]*\d[\w.:-]*|(?<![.?!:;]\s)(?<!^)\b[A-Z][\w'.-]*")
+_CALENDAR = frozenset(content_terms("january february march april may june july august september october november "
+                                    "december monday tuesday wednesday thursday friday saturday sunday"))
 _PARTS = re.compile(r",\s*and\s+|\s+and\s+(?=(?:(?:at|in|on|under|from|to|for|by|with|after|before)\s+)?"
                     r"(?:what|which|who|whom|whose|how|when|where|why|is|are|does|do)\b)|;\s*|\?\s+", re.IGNORECASE)
 
@@ -250,6 +256,27 @@ def question_terms(question: str) -> list[str]:
     ['review']
     """
     return content_terms(_FRAME.sub(" ", question))
+
+
+def names(question: str) -> list[list[str]]:
+    """The stemmed terms of each name the question uses: code spans, words with a digit, and
+    capitalised words that do not open a sentence (month and weekday names left out).
+
+    A question about something the evidence never names cannot be answered from it
+    (`crag_lab.offline.reading.Reading.ungrounded`).
+
+    >>> names("Which acquirer is the default for Maestro cards on port 7070 since March?")
+    [['maestro'], ['7070']]
+    >>> names("Kafka retention? Also `gwctl certs`.")
+    [['gwctl', 'cert']]
+    """
+    found = []
+    for match in _NAMED.finditer(question.strip()):
+        # a stem that is a stopword ("withing" -> "with") can never be found in the evidence's terms
+        terms = [t for t in content_terms(match.group(0).strip("`")) if t not in _CALENDAR and t not in STOPWORDS]
+        if terms:
+            found.append(terms)
+    return found
 
 
 def asks_for(question: str) -> str | None:
