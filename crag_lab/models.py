@@ -27,6 +27,7 @@ class ModelReply:
     prompt_tokens: int
     completion_tokens: int
     cached: bool = False  # answered from a `crag_lab.cache.ResponseCache`, not by the model
+    note: str | None = None  # the model's own account of this reply, when it gives one (why it abstained)
 
 
 @runtime_checkable

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from crag_lab import CragConfig, build_graph
+from crag_lab.graph import initial_state
+from crag_lab.offline import OfflineModel
 from crag_lab.offline.reading import UnitReading, label_answers, read
-from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat
+from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, explain_abstention
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import Unit, question_terms
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
+from crag_lab.testing import StaticTool
 
 GATEWAY = {"n": 1, "title": "api-gateway", "path": "services/api-gateway/README.md",
            "text": "# api-gateway\n\n| Field | Value |\n|---|---|\n| Applies to | public traffic |\n"
@@ -113,7 +117,7 @@ ACQUIRERS = {"n": 1, "title": "card-router", "path": "services/card-router/READM
 
 def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: VectorCache) -> None:
     # The table is about the right thing (schemes and their acquirers) but never names Maestro.
-    assert read("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors).ungrounded == ("maestro",)
+    assert read("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors).ungrounded == ("Maestro",)
     assert answer("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == NO_EVIDENCE_ANSWER
     # The same question about a scheme the table names is answered; a month is no name (dates are numbers).
     assert "acq-south [1]" in answer("Which acquirer is the default for Mastercard cards since March?",
@@ -121,6 +125,23 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
     # A one-letter slip in a long name still names the scheme; a different number is a different thing.
     assert "acq-south [1]" in answer("Which acquirer is the default for Mastercad cards?", [ACQUIRERS], vectors)
     assert read("Which acquirer serves port 7071?", [ACQUIRERS], vectors).ungrounded == ("7071",)
+
+
+def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:
+    assert explain_abstention("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
+        "the question names 'Maestro', which no evidence item holds")
+    assert explain_abstention("Which acquirer is the default for Mastercard cards?", [ACQUIRERS], vectors) is None
+    weak = explain_abstention("How is the search service recovered after a disaster?", [TEAM], vectors)
+    assert weak is not None and "below ABSTAIN_BELOW 0.75" in weak and "item [3]" in weak
+    # Through the graph: the synthesize node's model_abstained event carries the model's reason.
+    row = {"text": ACQUIRERS["text"], "path": ACQUIRERS["path"], "line": 1, "line_end": 6, "score": 0.5,
+           "title": ACQUIRERS["title"]}
+    config = CragConfig()
+    graph = build_graph(OfflineModel(), [StaticTool("vector_search", [row])], config)
+    state = graph.invoke(initial_state("Which acquirer is the default for Maestro cards?"),
+                         {"recursion_limit": config.recursion_limit})
+    [event] = [e for e in state["audit"] if e["event"] == "model_abstained"]
+    assert event["reason"].endswith("the question names 'Maestro', which no evidence item holds")
 
 
 @pytest.mark.parametrize(("message", "word"), [

@@ -53,12 +53,13 @@ def make_synthesize(deps: Deps) -> Node:
             elif is_abstention(reply.text):
                 body = NO_EVIDENCE_ANSWER
                 action = state.get("grader_action")
-                # Graded evidence the synthesizer still could not answer from: the trace must say so.
+                # Graded evidence the synthesizer still could not answer from: the trace must say so, and
+                # why when the model says (the offline synthesizer does: a missing name, a weak best unit).
+                reason = ("the grader judged the evidence sufficient (GENERATE) but the model found no answer in it"
+                          if action == "GENERATE" else "the model found no answer in the evidence")
                 log.log_audit("model_abstained", level="warning" if action == "GENERATE" else "info",
                               items=len(context), grader_action=action,
-                              reason=("the grader judged the evidence sufficient (GENERATE) but the model found "
-                                      "no answer in it") if action == "GENERATE" else "the model found no answer "
-                                      "in the evidence")
+                              reason=f"{reason}: {reply.note}" if reply.note else reason)
             else:
                 body, cited = finalize_answer(reply.text, context)
                 if not cited:

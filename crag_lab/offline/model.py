@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
+from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -91,7 +92,12 @@ class OfflineModel:
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
         text = self._answer(task, inputs)
-        return ModelReply(text, count_tokens(prompt), count_tokens(text))
+        note = None
+        if task == "synthesize" and inputs.get("kind", "answer") == "answer" and text == NO_EVIDENCE_ANSWER:
+            # the trace says why (`synthesizer.explain_abstention`); cheap: the vectors are cached by now
+            note = synthesizer.explain_abstention(str(inputs.get("query", "")), inputs.get("evidence", []),
+                                                  self._seeded())
+        return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note)
 
     def _answer(self, task: Task, inputs: Mapping[str, Any]) -> str:
         query = str(inputs.get("query", ""))

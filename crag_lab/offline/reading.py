@@ -208,7 +208,7 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
             coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=unit_rows,
         ))
     everything = frozenset(held)
-    ungrounded = tuple(" ".join(name) for name in names(query) if not grounded(name, everything))
+    ungrounded = tuple(name for name, terms in names(query) if not grounded(terms, everything))
     return Reading(query, kind, q_terms, tuple(readings), ungrounded)
 
 

@@ -208,6 +208,21 @@ def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCa
     return " ".join(parts)
 
 
+def explain_abstention(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str | None:
+    """Why `answer` abstains on these inputs, in one clause for the trace; None when it answers."""
+    choice = choose(read(query, evidence, cache))
+    if not choice.abstains:
+        return None
+    if choice.ungrounded:
+        return f"the question names {', '.join(repr(n) for n in choice.ungrounded)}, which no evidence item holds"
+    if not choice.units:
+        return "no evidence item has a sentence, row or line to quote"
+    best = choice.units[0].unit
+    quoted = best.text if len(best.text) <= 80 else best.text[:77] + "..."
+    return (f"its best-matching unit ({quoted!r}, item [{best.n}]) has support {choice.support:.2f}, "
+            f"below ABSTAIN_BELOW {ABSTAIN_BELOW}")
+
+
 _REPLIES = (
     (re.compile(r"\b(thank|thanks|thx|cheers|appreciate)", re.I),
      "You're welcome! Ask me anything about the knowledge base."),

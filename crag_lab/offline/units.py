@@ -258,24 +258,25 @@ def question_terms(question: str) -> list[str]:
     return content_terms(_FRAME.sub(" ", question))
 
 
-def names(question: str) -> list[list[str]]:
-    """The stemmed terms of each name the question uses: code spans, words with a digit, and
+def names(question: str) -> list[tuple[str, list[str]]]:
+    """Each name the question uses, with its stemmed terms: code spans, words with a digit, and
     capitalised words that do not open a sentence (month and weekday names left out).
 
     A question about something the evidence never names cannot be answered from it
     (`crag_lab.offline.reading.Reading.ungrounded`).
 
     >>> names("Which acquirer is the default for Maestro cards on port 7070 since March?")
-    [['maestro'], ['7070']]
+    [('Maestro', ['maestro']), ('7070', ['7070'])]
     >>> names("Kafka retention? Also `gwctl certs`.")
-    [['gwctl', 'cert']]
+    [('gwctl certs', ['gwctl', 'cert'])]
     """
     found = []
     for match in _NAMED.finditer(question.strip()):
+        name = match.group(0).strip("`").rstrip(".")
         # a stem that is a stopword ("withing" -> "with") can never be found in the evidence's terms
-        terms = [t for t in content_terms(match.group(0).strip("`")) if t not in _CALENDAR and t not in STOPWORDS]
+        terms = [t for t in content_terms(name) if t not in _CALENDAR and t not in STOPWORDS]
         if terms:
-            found.append(terms)
+            found.append((name, terms))
     return found
 
 
