@@ -51,13 +51,13 @@ CUTS = (0.3, 0.4, 0.5, 0.6)
 def capture(lab: Any, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[dict[str, Any]]]]:
     """(row, the evidence the synthesizer was given) for each non-chitchat question that reached it."""
     box: dict[str, list[dict[str, Any]]] = {}
-    original = synthesizer.answer
+    original = synthesizer.respond
 
-    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache) -> str:
+    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache) -> tuple[str, str | None]:
         box["evidence"] = [dict(e) for e in evidence]
         return original(query, evidence, cache)
 
-    synthesizer.answer = spy  # the offline model looks the function up on the module at each call
+    synthesizer.respond = spy  # the offline model looks the function up on the module at each call
     out = []
     try:
         for row in rows:
@@ -66,7 +66,7 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[s
             if "evidence" in box and row.get("complexity") != "chitchat":
                 out.append((row, box["evidence"]))
     finally:
-        synthesizer.answer = original
+        synthesizer.respond = original
     return out
 
 

@@ -8,7 +8,7 @@ from crag_lab import CragConfig, build_graph
 from crag_lab.graph import initial_state
 from crag_lab.offline import OfflineModel
 from crag_lab.offline.reading import UnitReading, label_answers, read
-from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, explain_abstention
+from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, respond
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import Unit, question_terms
 from crag_lab.offline.vectors import VectorCache
@@ -128,10 +128,13 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
 
 
 def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:
-    assert explain_abstention("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
+    def why_abstained_for(query: str, evidence: list[dict[str, object]], cache: VectorCache) -> str | None:
+        return respond(query, evidence, cache)[1]
+
+    assert why_abstained_for("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
         "the question names 'Maestro', which no evidence item holds")
-    assert explain_abstention("Which acquirer is the default for Mastercard cards?", [ACQUIRERS], vectors) is None
-    weak = explain_abstention("How is the search service recovered after a disaster?", [TEAM], vectors)
+    assert why_abstained_for("Which acquirer is the default for Mastercard cards?", [ACQUIRERS], vectors) is None
+    weak = why_abstained_for("How is the search service recovered after a disaster?", [TEAM], vectors)
     assert weak is not None and "below ABSTAIN_BELOW 0.75" in weak and "item [3]" in weak
     # Through the graph: the synthesize node's model_abstained event carries the model's reason.
     row = {"text": ACQUIRERS["text"], "path": ACQUIRERS["path"], "line": 1, "line_end": 6, "score": 0.5,

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
-from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -91,30 +90,26 @@ class OfflineModel:
         return self._grader
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
-        text = self._answer(task, inputs)
-        note = None
-        if task == "synthesize" and inputs.get("kind", "answer") == "answer" and text == NO_EVIDENCE_ANSWER:
-            # the trace says why (`synthesizer.explain_abstention`); cheap: the vectors are cached by now
-            note = synthesizer.explain_abstention(str(inputs.get("query", "")), inputs.get("evidence", []),
-                                                  self._seeded())
+        text, note = self._answer(task, inputs)
         return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note)
 
-    def _answer(self, task: Task, inputs: Mapping[str, Any]) -> str:
+    def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None]:
+        """The reply's text and, for an abstaining answer, the synthesizer's reason (`ModelReply.note`)."""
         query = str(inputs.get("query", ""))
         if task == "analyze":
             plan = router.analyze(query, available=inputs.get("available_tools", []),
                                   tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")),
                                   vectors=self.vectors)
-            return json.dumps(plan, sort_keys=True)
+            return json.dumps(plan, sort_keys=True), None
         if task == "plan":
-            return json.dumps(planner.plan(inputs, self._seeded()))
+            return json.dumps(planner.plan(inputs, self._seeded())), None
         if task == "grade":
-            return json.dumps(self.grader.score_items(query, inputs.get("items", [])))
+            return json.dumps(self.grader.score_items(query, inputs.get("items", []))), None
         if task == "synthesize":
             kind = inputs.get("kind", "answer")
             if kind == "chitchat":
-                return synthesizer.chitchat(query)
+                return synthesizer.chitchat(query), None
             if kind == "normal":
-                return synthesizer.NORMAL_ANSWER
-            return synthesizer.answer(query, inputs.get("evidence", []), self._seeded())
+                return synthesizer.NORMAL_ANSWER, None
+            return synthesizer.respond(query, inputs.get("evidence", []), self._seeded())
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -193,26 +193,28 @@ def answering_pairs(text: str, kind: str | None, query: str) -> str | None:
     return "; ".join(segments[i] for i in keep) if answers and len(keep) < len(pairs) else None
 
 
-def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:
-    """An extractive answer with ``[N]`` markers, or the abstention sentence."""
+def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> tuple[str, str | None]:
+    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading."""
     reading = read(query, evidence, cache)
     choice = choose(reading)
     if choice.abstains:
-        return NO_EVIDENCE_ANSWER
+        return NO_EVIDENCE_ANSWER, why_abstained(choice)
     parts = []
     for unit in choice.units:
         text = shortest_span(unit, reading.kind, query).rstrip()
         if text.endswith("."):
             text = text[:-1]
         parts.append(f"{text} [{unit.unit.n}].")
-    return " ".join(parts)
+    return " ".join(parts), None
 
 
-def explain_abstention(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str | None:
-    """Why `answer` abstains on these inputs, in one clause for the trace; None when it answers."""
-    choice = choose(read(query, evidence, cache))
-    if not choice.abstains:
-        return None
+def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:
+    """An extractive answer with ``[N]`` markers, or the abstention sentence."""
+    return respond(query, evidence, cache)[0]
+
+
+def why_abstained(choice: Choice) -> str:
+    """Why ``choice`` abstains, in one clause for the trace (the ``model_abstained`` audit event)."""
     if choice.ungrounded:
         return f"the question names {', '.join(repr(n) for n in choice.ungrounded)}, which no evidence item holds"
     if not choice.units:
