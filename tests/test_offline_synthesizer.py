@@ -125,6 +125,11 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
     # A one-letter slip in a long name still names the scheme; a different number is a different thing.
     assert "acq-south [1]" in answer("Which acquirer is the default for Mastercad cards?", [ACQUIRERS], vectors)
     assert read("Which acquirer serves port 7071?", [ACQUIRERS], vectors).ungrounded == ("7071",)
+    # A shortened name still names the thing: Postgres for PostgreSQL.
+    storage = {"n": 1, "title": "Storage", "path": "architecture/storage.md",
+               "text": "# Storage\n\nAll services run on PostgreSQL 16 in production."}
+    assert answer("Which Postgres version runs in production?", [storage], vectors) == (
+        "All services run on PostgreSQL 16 in production [1].")
 
 
 def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:

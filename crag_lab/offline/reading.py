@@ -66,19 +66,22 @@ def coverage(q_terms: Sequence[str], own: frozenset[str], context: frozenset[str
 
 
 SLIP_MIN_LETTERS = 5
-"""A name's word of at least this many letters counts as held when one typing slip away from an evidence word."""
+"""A name's word of at least this many letters counts as held when one typing slip away from an
+evidence word, or when it starts one (a shortened name: ``Postgres`` for ``PostgreSQL``)."""
 
 
 def grounded(name: Sequence[str], held: frozenset[str]) -> bool:
     """Every term of a name (`units.names`) is among the evidence's terms ``held``; a word of
-    `SLIP_MIN_LETTERS` letters or more also when one typing slip away (``Kelven`` for ``Kelvin``).
-    Numbers must match exactly: 7070 and 7071 are different ports.
+    `SLIP_MIN_LETTERS` letters or more also when one typing slip away (``Kelven`` for ``Kelvin``) or
+    the start of an evidence word (``Postgres`` for ``PostgreSQL``). Numbers must match exactly:
+    7070 and 7071 are different ports.
 
-    >>> grounded(["kelven"], frozenset({"kelvin", "report"})), grounded(["7071"], frozenset({"7070"}))
-    (True, False)
+    >>> held = frozenset({"kelvin", "report", "postgresql"})
+    >>> grounded(["kelven"], held), grounded(["postgr"], held), grounded(["7071"], frozenset({"7070"}))
+    (True, True, False)
     """
-    return all(has_term(term, held) or (term.isalpha() and len(term) >= SLIP_MIN_LETTERS
-                                        and any(one_slip(term, word) for word in held)) for term in name)
+    return all(has_term(term, held) or (term.isalpha() and len(term) >= SLIP_MIN_LETTERS and any(
+        one_slip(term, word) or word.startswith(term) for word in held)) for term in name)
 
 
 def echoes(term: str, q_terms: Sequence[str]) -> bool:
