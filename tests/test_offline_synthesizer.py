@@ -133,13 +133,10 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
 
 
 def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:
-    def why_abstained_for(query: str, evidence: list[dict[str, object]], cache: VectorCache) -> str | None:
-        return respond(query, evidence, cache)[1]
-
-    assert why_abstained_for("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
-        "the question names 'Maestro', which no evidence item holds")
-    assert why_abstained_for("Which acquirer is the default for Mastercard cards?", [ACQUIRERS], vectors) is None
-    weak = why_abstained_for("How is the search service recovered after a disaster?", [TEAM], vectors)
+    assert respond("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
+        NO_EVIDENCE_ANSWER, "the question names 'Maestro', which no evidence item holds")
+    assert respond("Which acquirer is the default for Mastercard cards?", [ACQUIRERS], vectors)[1] is None
+    weak = respond("How is the search service recovered after a disaster?", [TEAM], vectors)[1]
     assert weak is not None and "below ABSTAIN_BELOW 0.75" in weak and "item [3]" in weak
     # Through the graph: the synthesize node's model_abstained event carries the model's reason.
     row = {"text": ACQUIRERS["text"], "path": ACQUIRERS["path"], "line": 1, "line_end": 6, "score": 0.5,
