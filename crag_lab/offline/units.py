@@ -33,6 +33,9 @@ _GENERIC_HEADERS = frozenset({
     "option", "detail", "details", "fact", "what", "",
 })
 
+# Day and month names: a weekday answers "when" and "every ..."; neither is a name a question must ground.
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 # What a question asks for, from its phrasing, and what a unit holding it looks like.
 _DURATION = (r"(?:ms|milliseconds?|s|sec|seconds?|min|minutes?|h|hours?|days?|weeks?|months?|years?|"
              r"business days?|calendar days?)")
@@ -63,11 +66,9 @@ _LOOKS = {
     "code": re.compile(r"`[^`]+`|\b[\w.-]+(?:[-_:./][\w]+)+\b|--[a-z][\w-]*"),
     "duration": re.compile(rf"(?<![\w.-])\d[\d,.]*\s*(?:-\s*)?{_DURATION}\b|\b(?:daily|weekly|monthly|hourly|"
                            r"quarterly|yearly|nightly)\b|\bevery (?:other |\d+\s*)?(?:second|minute|hour|day|night|"
-                           r"morning|evening|week|weekday|month|quarter|year|monday|tuesday|wednesday|thursday|friday|"
-                           r"saturday|sunday)s?\b", re.IGNORECASE),
-    "time": re.compile(r"\b\d{1,4}(?:[-:./]\d{1,4})+\b|\b(?:monday|tuesday|wednesday|thursday|friday|saturday|"
-                       r"sunday|january|february|march|april|may|june|july|august|september|october|november|"
-                       r"december|daily|weekly|monthly|quarterly|yearly|nightly)\b|\b\d+\s*(?:am|pm|h|cet|utc)\b|"
+                           rf"morning|evening|week|weekday|month|quarter|year|{_WEEKDAYS})s?\b", re.IGNORECASE),
+    "time": re.compile(rf"\b\d{{1,4}}(?:[-:./]\d{{1,4}})+\b|\b(?:{_WEEKDAYS}|{_MONTHS}|"
+                       r"daily|weekly|monthly|quarterly|yearly|nightly)\b|\b\d+\s*(?:am|pm|h|cet|utc)\b|"
                        r"\b(?:19|20)\d\d\b", re.IGNORECASE),
     "quantity": re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*%)?(?![\w-])"),
     "person": re.compile(r"\b[A-Z][a-z]+(?:\s+(?:de|van|von|da|del|der|la|le|dos|di)?\s*[A-Z][a-zà-ÿ]+)+\b"),
@@ -100,8 +101,7 @@ _FRAME = re.compile(r"\bhow (?:many|much(?: time)?|long|often|far|quickly|fast|b
 # capitalised word that does not open a sentence (`Maestro`, `ADR-0007`). Month and weekday names are
 # not names here: documents write dates as numbers.
 _NAMED = re.compile(r"`[^`]+`|\b[\w.-]*\d[\w.:-]*|(?<![.?!:;]\s)(?<!^)\b[A-Z][\w'.-]*")
-_CALENDAR = frozenset(content_terms("january february march april may june july august september october november "
-                                    "december monday tuesday wednesday thursday friday saturday sunday"))
+_CALENDAR = frozenset(content_terms(f"{_MONTHS}|{_WEEKDAYS}".replace("|", " ")))
 _PARTS = re.compile(r",\s*and\s+|\s+and\s+(?=(?:(?:at|in|on|under|from|to|for|by|with|after|before)\s+)?"
                     r"(?:what|which|who|whom|whose|how|when|where|why|is|are|does|do)\b)|;\s*|\?\s+", re.IGNORECASE)
 
