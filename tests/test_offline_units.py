@@ -57,6 +57,15 @@ def test_every_is_a_frequency_only_before_a_time_unit(text: str, found: bool) ->
     assert holds("duration", text, "How often does it happen?") is found
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    ("Date: 2022-06-14", True), ("The call starts at 09:30.", True), ("Effective 14.06.2022.", True),
+    ("Decision: CloudEvents 1.0, JSON", False), ("Runs on Kafka 3.2.", False), ("Egress IP: 203.0.113.20", False),
+])
+def test_a_dotted_version_or_address_is_no_date(text: str, found: bool) -> None:
+    # "When was it decided?" is answered by the date row, not by the row naming CloudEvents 1.0.
+    assert holds("time", text, "When was the event format decided?") is found
+
+
 def test_question_parts() -> None:
     assert question_parts("Which team owns it, and in which channel do I reach them?") == [
         "Which team owns it", "in which channel do I reach them"]
