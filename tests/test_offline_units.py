@@ -59,7 +59,8 @@ def test_every_is_a_frequency_only_before_a_time_unit(text: str, found: bool) ->
 
 @pytest.mark.parametrize(("text", "found"), [
     ("Date: 2022-06-14", True), ("The call starts at 09:30.", True), ("Effective 14.06.2022.", True),
-    ("Decision: CloudEvents 1.0, JSON", False), ("Runs on Kafka 3.2.", False), ("Egress IP: 203.0.113.20", False),
+    ("Decision: CloudEvents 1.0, JSON", False), ("Runs on Kafka 3.2.", False), ("Tool: uv; Version: 0.4.20", False),
+    ("Egress IP: 203.0.113.20", False),
 ])
 def test_a_dotted_version_or_address_is_no_date(text: str, found: bool) -> None:
     # "When was it decided?" is answered by the date row, not by the row naming CloudEvents 1.0.

@@ -67,9 +67,10 @@ _LOOKS = {
     "duration": re.compile(rf"(?<![\w.-])\d[\d,.]*\s*(?:-\s*)?{_DURATION}\b|\b(?:daily|weekly|monthly|hourly|"
                            r"quarterly|yearly|nightly)\b|\bevery (?:other |\d+\s*)?(?:second|minute|hour|day|night|"
                            rf"morning|evening|week|weekday|month|quarter|year|{_WEEKDAYS})s?\b", re.IGNORECASE),
-    # A date or clock time: 2022-06-14, 09:30, 03/2025, 14.06.2022. A dotted pair (1.0, 3.2) is a version
-    # or a decimal, not a date.
-    "time": re.compile(rf"\b\d{{1,4}}(?:[-:/]\d{{1,4}})+\b|\b\d{{1,2}}\.\d{{1,2}}\.\d{{2,4}}\b|\b(?:{_WEEKDAYS}|{_MONTHS}|"
+    # A date or clock time: 2022-06-14, 09:30, 03/2025, 14.06.2022. Other dotted numbers (1.0, 3.2,
+    # 0.4.20) are versions or decimals, not dates.
+    "time": re.compile(rf"\b\d{{1,4}}(?:[-:/]\d{{1,4}})+\b|\b(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.(?:19|20)\d\d\b|"
+                       rf"\b(?:{_WEEKDAYS}|{_MONTHS}|"
                        r"daily|weekly|monthly|quarterly|yearly|nightly)\b|\b\d+\s*(?:am|pm|h|cet|utc)\b|"
                        r"\b(?:19|20)\d\d\b", re.IGNORECASE),
     "quantity": re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*%)?(?![\w-])"),
@@ -298,8 +299,8 @@ def asks_for(question: str) -> str | None:
 def found(kind: str, text: str) -> set[str]:
     """The things of ``kind`` in ``text`` (lower-cased).
 
-    >>> sorted(found("time", "Accepted 2022-06-14 at 09:30, CloudEvents 1.0, Kafka 3.2"))
-    ['09:30', '2022-06-14']
+    >>> sorted(found("time", "Accepted 14.06.2022 at 09:30, CloudEvents 1.0, uv 0.4.20"))
+    ['09:30', '14.06.2022']
     """
     return {m.group(0).lower() for m in _LOOKS[kind].finditer(text)}
 
