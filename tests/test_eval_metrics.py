@@ -225,3 +225,16 @@ def test_exact_match_and_token_f1_follow_the_official_normalisation() -> None:
     assert m.token_f1("Paris", []) is None and m.exact_match("Paris", [" "]) is None
     # citation markers are not answer tokens
     assert m.token_f1("1984 [1] [2].", ["1984"]) == 1.0
+
+
+def test_an_answer_with_a_short_form_is_judged_by_it() -> None:
+    answer = "**Tiago Mendes** — Team: Payments; Lead: Tiago Mendes [1].\n\nSources:\n[1] overview.md:L63-L76"
+    assert m.short_answer(answer) == "Tiago Mendes"
+    assert m.exact_match(answer, ["Tiago Mendes"]) is True and m.token_f1(answer, ["Tiago Mendes"]) == 1.0
+    # a wrong lead scores as wrong, even when the quote behind it holds the gold answer
+    wrong = "**Ana Costa** — Team: Payments; Lead: Tiago Mendes [1]."
+    assert m.exact_match(wrong, ["Tiago Mendes"]) is False and m.token_f1(wrong, ["Tiago Mendes"]) == 0.0
+    assert m.answer_contained(wrong, ["Tiago Mendes"]) is True  # containment reads the whole body
+    # bold inside prose is no short form: the whole body is the prediction
+    prose = "The lead is **Tiago Mendes** [1]."
+    assert m.short_answer(prose) is None and m.exact_match(prose, ["Tiago Mendes"]) is False

@@ -8,7 +8,7 @@ from crag_lab import CragConfig, build_graph
 from crag_lab.graph import initial_state
 from crag_lab.offline import OfflineModel
 from crag_lab.offline.reading import UnitReading, label_answers, read
-from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, respond
+from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, respond, short_answer
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import Unit, question_terms
 from crag_lab.offline.vectors import VectorCache
@@ -79,7 +79,7 @@ PROXY = {"n": 1, "title": "search-proxy", "path": "services/search-proxy/README.
 
 def test_a_version_question_quotes_a_version_not_a_url_with_a_port(vectors: VectorCache) -> None:
     assert answer("Which Elasticsearch version backs search-proxy?", [PROXY], vectors) == (
-        "Backend: Elasticsearch 8.14 (two data nodes) [1].")
+        "**8.14** — Backend: Elasticsearch 8.14 (two data nodes) [1].")
 
 
 def test_a_row_labelled_with_the_asked_attribute_outranks_one_that_restates_the_subject() -> None:
@@ -99,10 +99,31 @@ def test_a_wide_row_is_cut_to_the_pairs_that_answer(vectors: VectorCache) -> Non
     # kept: the row's subject, the pair that answers (Lead), a pair naming what the question names
     # (#team-billing); dropped: the Jira key and the headcount
     assert answer("Who leads the Billing team?", [teams], vectors) == (
-        "Team: Billing; Lead: Ana Costa; Slack: #team-billing [1].")
+        "**Ana Costa** — Team: Billing; Lead: Ana Costa; Slack: #team-billing [1].")
     # no asked kind, nothing says which pairs are noise: the row stays whole
     assert answer("Tell me about the Billing team", [teams], vectors).startswith(
         "Team: Billing; Lead: Ana Costa; Slack: #team-billing; Jira key: BIL; Headcount: 6 [1].")
+
+
+def test_an_answer_opens_with_the_asked_thing_when_the_quote_holds_exactly_one(vectors: VectorCache) -> None:
+    # who => the person, which port => the number, from the quote; the quote stays, with its citation
+    assert answer("Who leads Payments Core?", [TEAM], vectors).startswith("**Tiago Mendes** — Team: Payments Core")
+    assert answer("On which port does the api-gateway accept public TLS traffic?", [GATEWAY], vectors) == (
+        "**8443** — Public TLS port: 8443 [1].")
+    # the labelled pair the question names decides between the row's numbers
+    row = "Step: 2; SEV1: after 5 min without ack; SEV2: after 15 min without ack"
+    assert short_answer(row, "duration", "How long until the secondary is paged for a SEV2?") == "15 min"
+    # several things of the asked kind and nothing to choose between them: no lead, the quote alone
+    assert short_answer("Port: 9091 / 3001 / 3100", "quantity", "Which port does Grafana use?") is None
+    assert short_answer("Ports 8443 and 8444 are open.", "quantity", "Which port is open?") is None
+    # a value the question already holds is no answer; a capitalised phrase opening with "The" is no name
+    assert short_answer("Port 8443 moved to 8444.", "quantity", "Where did port 8443 move?") == "8444"
+    assert short_answer("The Critical deadline is owned by Ana Costa.", "person", "Who owns it?") == "Ana Costa"
+    # no typed kind (what changed), a reason, or a question of several parts: no lead
+    assert short_answer("Status: Superseded by ADR-0009", None, "What changed?") is None
+    assert short_answer("It failed because the index was missing.", "reason", "Why did it fail?") is None
+    assert short_answer("Lead: Ana Costa; Slack: #billing", "person",
+                        "Who leads Billing, and in which Slack channel do I reach them?") is None
 
 
 def test_evidence_about_something_else_gives_the_abstention(vectors: VectorCache) -> None:
@@ -129,7 +150,7 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
     storage = {"n": 1, "title": "Storage", "path": "architecture/storage.md",
                "text": "# Storage\n\nAll services run on PostgreSQL 16 in production."}
     assert answer("Which Postgres version runs in production?", [storage], vectors) == (
-        "All services run on PostgreSQL 16 in production [1].")
+        "**16** — All services run on PostgreSQL 16 in production [1].")
 
 
 def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:

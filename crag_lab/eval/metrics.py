@@ -307,19 +307,39 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
+_LEAD = re.compile(r"^\*\*(?P<lead>[^*]+)\*\* — ")
+
+
+def short_answer(answer: str) -> str | None:
+    """The answer's short form: the bold lead the offline synthesizer opens with (``**8443** — quote``).
+
+    None when the answer has no such lead (an LLM's prose, a quote alone, an abstention).
+
+    >>> short_answer("**8443** — Public listener: 8443 (TLS) [1]."), short_answer("Port 8443 [1].")
+    ('8443', None)
+    """
+    match = _LEAD.match(answer_body(answer))
+    return match.group("lead") if match else None
+
+
 def _prediction(answer: str) -> str:
-    """The answer body as a prediction: citation markers out; an abstention predicts nothing."""
-    return "" if is_abstention(answer) else _MARKERS.sub(" ", answer_body(answer))
+    """The answer as a prediction: its short form when it has one (`short_answer`), else its body,
+    citation markers out; an abstention predicts nothing."""
+    if is_abstention(answer):
+        return ""
+    return _MARKERS.sub(" ", short_answer(answer) or answer_body(answer))
 
 
 def exact_match(answer: str, answers: Iterable[str]) -> bool | None:
     """The official exact match: the normalised answer body equals a normalised gold answer.
 
-    An extractive answer quotes a whole sentence, so it rarely matches exactly; `token_f1` gives
-    partial credit. None when there is no gold answer.
+    An answer with a short form (`short_answer`) is judged by it; a quote alone rarely matches
+    exactly, and `token_f1` gives it partial credit. None when there is no gold answer.
 
     >>> exact_match("8443 [1].", ["8443"]), exact_match("Port 8443 [1].", ["8443"])
     (True, False)
+    >>> exact_match("**8443** — Public port: 8443 [1].", ["8443"])
+    True
     """
     wanted = [normalize_answer(a) for a in answers if a and a.strip()]
     if not wanted:

@@ -24,8 +24,19 @@ from dataclasses import dataclass
 
 from crag_lab.offline import router
 from crag_lab.offline.reading import Reading, UnitReading, coverage, echoes, has_term, read, unit_support
-from crag_lab.offline.text import content_terms
-from crag_lab.offline.units import asks_for, expand, holds, kind_labels, labelled, question_parts, question_terms
+from crag_lab.offline.text import STOPWORDS, content_terms
+from crag_lab.offline.units import (
+    asks_for,
+    expand,
+    found,
+    holds,
+    kind_labels,
+    labelled,
+    question_parts,
+    question_terms,
+    shape_of,
+    spans,
+)
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
@@ -193,19 +204,74 @@ def answering_pairs(text: str, kind: str | None, query: str) -> str | None:
     return "; ".join(segments[i] for i in keep) if answers and len(keep) < len(pairs) else None
 
 
+LEAD_KINDS = frozenset({"person", "time", "quantity", "duration", "code"})
+"""The answer kinds a short answer is taken for: a name, a date, a number, a duration, a code span.
+A reason, or a thing the phrasing does not type ("what changed"), is answered by the quote alone."""
+
+
+def short_answer(quote: str, kind: str | None, query: str) -> str | None:
+    """The asked thing itself, as the quote writes it: the answer's bold lead, or None.
+
+    Only for a one-part question: a question of several parts has several answers.
+    The quote's things of the asked kind (`units.spans`) that the question does not already hold,
+    narrowed to the asked finer shape (a version, a share, a command) when some have it. In a
+    labelled row the first pair whose label names what is asked (``Lead`` for who, a label the
+    question uses) and holds such a thing decides. Either way there must be exactly one candidate:
+    nothing says which of several is meant (``9091 / 3001`` for one port).
+
+    >>> short_answer("Team: Payments; Lead: Tiago Mendes; Slack: #team-payments", "person", "Who leads Payments?")
+    'Tiago Mendes'
+    >>> short_answer("Public listener: 8443 (TLS)", "quantity", "Which port takes TLS traffic?")
+    '8443'
+    >>> short_answer("Ports 8443 and 8444 are open.", "quantity", "Which port is open?") is None
+    True
+    """
+    if kind not in LEAD_KINDS or question_parts(query):
+        return None
+    asked_shape = shape_of(query, kind)
+    in_question = found(kind, query)
+
+    def candidates(text: str) -> list[str]:
+        new = [s for s in spans(kind, text) if s.lower() not in in_question
+               and s.split()[0].lower() not in STOPWORDS]  # "The Critical" is no name
+        shaped = [s for s in new if asked_shape is not None and asked_shape.search(s)]
+        return shaped or new
+
+    pairs = labelled(quote)
+    if len(pairs) >= 2 and len(pairs) == len(quote.split("; ")):
+        terms = question_terms(query)
+        asked = kind_labels(kind)
+        for label, value in pairs:
+            label_terms = expand(content_terms(label))
+            if label_terms & asked or any(has_term(t, label_terms) for t in terms):
+                named = candidates(value)
+                if named:
+                    return named[0] if len(named) == 1 else None
+    everywhere = candidates(quote)
+    return everywhere[0] if len(everywhere) == 1 else None
+
+
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> tuple[str, str | None]:
-    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading."""
+    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading.
+
+    An answer opens with the asked thing in bold when the first quote holds it (`short_answer`):
+    ``**8443** — Public listener: `8443` (TLS) [1].``
+    """
     reading = read(query, evidence, cache)
     choice = choose(reading)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     parts = []
-    for unit in choice.units:
+    lead = None
+    for i, unit in enumerate(choice.units):
         text = shortest_span(unit, reading.kind, query).rstrip()
         if text.endswith("."):
             text = text[:-1]
+        if i == 0:
+            lead = short_answer(text, reading.kind, query)
         parts.append(f"{text} [{unit.unit.n}].")
-    return " ".join(parts), None
+    body = " ".join(parts)
+    return (f"**{lead}** — {body}" if lead else body), None
 
 
 def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:

@@ -296,6 +296,15 @@ def asks_for(question: str) -> str | None:
     return None
 
 
+def spans(kind: str, text: str) -> list[str]:
+    """The things of ``kind`` in ``text``, as written and in order, each once.
+
+    >>> spans("quantity", "Port 8443, then 8444, then 8443 again")
+    ['8443', '8444']
+    """
+    return list(dict.fromkeys(m.group(0).strip().rstrip(",.;:") for m in _LOOKS[kind].finditer(text)))
+
+
 def found(kind: str, text: str) -> set[str]:
     """The things of ``kind`` in ``text`` (lower-cased).
 
