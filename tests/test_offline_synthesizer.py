@@ -153,6 +153,21 @@ def test_a_question_naming_what_no_evidence_names_gets_the_abstention(vectors: V
         "**16** — All services run on PostgreSQL 16 in production [1].")
 
 
+def test_a_question_about_what_is_not_so_needs_a_quote_that_negates(vectors: VectorCache) -> None:
+    listener = {"n": 1, "title": "api-gateway", "path": "services/api-gateway/README.md",
+                "text": "# api-gateway\n\nThe gateway listens on port 8443 for public TLS traffic."}
+    assert answer("Which port does the gateway listen on for public TLS traffic?", [listener], vectors).startswith("**8443**")
+    # the quote answers the positive question, not the negated one
+    text, why = respond("Which port does the gateway not listen on for public TLS traffic?", [listener], vectors)
+    assert text == NO_EVIDENCE_ANSWER and why is not None and "not so" in why
+    # a quote that does negate answers it
+    closed = {**listener, "text": "# api-gateway\n\nThe gateway no longer listens on port 80 for public traffic."}
+    assert answer("Which port does the gateway not listen on for public traffic any more?", [closed], vectors).startswith("**80**")
+    # a negation inside a condition sets the scene, it is not what is asked
+    assert answer("Which port does the gateway listen on for public TLS traffic if a client has no certificate?",
+                  [listener], vectors).startswith("**8443**")
+
+
 def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) -> None:
     assert respond("Which acquirer is the default for Maestro cards?", [ACQUIRERS], vectors) == (
         NO_EVIDENCE_ANSWER, "the question names 'Maestro', which no evidence item holds")

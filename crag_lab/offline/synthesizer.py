@@ -32,6 +32,7 @@ from crag_lab.offline.units import (
     holds,
     kind_labels,
     labelled,
+    negates,
     question_parts,
     question_terms,
     shape_of,
@@ -75,11 +76,30 @@ class Choice:
     units: tuple[UnitReading, ...]
     support: float
     ungrounded: tuple[str, ...] = ()
+    unnegated: bool = False
 
     @property
     def abstains(self) -> bool:
-        """No unit, a best unit below `ABSTAIN_BELOW`, or a name of the question no evidence holds."""
-        return not self.units or self.support < ABSTAIN_BELOW or bool(self.ungrounded)
+        """No unit, a best unit below `ABSTAIN_BELOW`, a name of the question no evidence holds, or a
+        question about what is not so that the quote does not negate (`answers_the_negation`)."""
+        return not self.units or self.support < ABSTAIN_BELOW or bool(self.ungrounded) or self.unnegated
+
+
+def answers_the_negation(query: str, kind: str | None, quoted: Sequence[str]) -> bool:
+    """False when a question asks what is *not* so ("which region did not invent the machine gun?")
+    and no quoted unit says that anything is not so: such a quote answers the positive question.
+
+    A why-question is exempt (the reason something is not done is stated positively: "IAM-61 moved it
+    to 8444"), and so is a question of several parts, whose negation belongs to one part only.
+
+    >>> answers_the_negation("Which region did not invent it?", None, ["By 1880 it was in use."])
+    False
+    >>> answers_the_negation("Why does it not use 8443?", "reason", ["IAM-61 moved it to 8444."])
+    True
+    """
+    if kind == "reason" or not negates(query) or question_parts(query):
+        return True
+    return any(negates(text) for text in quoted)
 
 
 def answer_score(u: UnitReading, item_cos: float) -> float:
@@ -118,7 +138,8 @@ def choose(reading: Reading) -> Choice:
     other_side = parallel_fact(reading.query, ranked, chosen)
     if other_side is not None:
         chosen.append(other_side)
-    return Choice(tuple(chosen), unit_support(best), reading.ungrounded)
+    unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
+    return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated)
 
 
 def parallel_fact(query: str, ranked: Sequence[tuple[float, UnitReading]],
@@ -287,6 +308,9 @@ def why_abstained(choice: Choice) -> str:
         return "no evidence item has a sentence, row or line to quote"
     best = choice.units[0].unit
     quoted = best.text if len(best.text) <= 80 else best.text[:77] + "..."
+    if choice.unnegated and choice.support >= ABSTAIN_BELOW:
+        return (f"the question asks what is not so, and its best-matching unit ({quoted!r}, item [{best.n}]) "
+                "says nothing is not so")
     return (f"its best-matching unit ({quoted!r}, item [{best.n}]) has support {choice.support:.2f}, "
             f"below ABSTAIN_BELOW {ABSTAIN_BELOW}")
 

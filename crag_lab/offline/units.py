@@ -296,6 +296,25 @@ def asks_for(question: str) -> str | None:
     return None
 
 
+_NEGATION = re.compile(r"\b(?:not|never|no|nor|none|nothing|neither|without|cannot)\b|n't\b", re.IGNORECASE)
+
+
+# A condition: "if ...", "unless ...", "when ..." inside a sentence (a question opening with "when" asks a time).
+_CONDITION = re.compile(r"\b(?:if|unless|whenever|in case)\b[^,;?]*|(?<=\w[ ,])when\b[^,;?]*", re.IGNORECASE)
+
+
+def negates(text: str) -> bool:
+    """The text says that something is not so (not, never, no, without, n't, ...), outside a condition:
+    in "what happens if the renewal does not run?" the negation sets the scene, it is not asked.
+
+    >>> negates("Which region did not invent it?"), negates("Which region invented it?"), negates("It isn't.")
+    (True, False, True)
+    >>> negates("Who approves it if the deadline cannot be met?"), negates("When does one not need it?")
+    (False, True)
+    """
+    return bool(_NEGATION.search(_CONDITION.sub(" ", text)))
+
+
 def spans(kind: str, text: str) -> list[str]:
     """The things of ``kind`` in ``text``, as written and in order, each once.
 
