@@ -2,7 +2,8 @@
 
 A study, not a fit that ships: it decides whether a learned abstention rule is worth having. The
 synthesizer abstains when its best unit's support is below ``ABSTAIN_BELOW`` (set on the KB tuning
-split) or when the question uses a name no evidence item holds (``Reading.ungrounded``). Here every
+split), when the question uses a name no evidence item holds (``Reading.ungrounded``), or when it
+asks what is not so and no quoted unit negates anything (``Choice.unnegated``). Here every
 signal it could use instead is measured on two domains:
 
 - ``kb``: the KB tuning split (``data/kb_queries.jsonl``; never the frozen test split), whose
@@ -44,7 +45,8 @@ from crag_lab.offline.vectors import VectorCache  # noqa: E402
 SQUAD = ROOT.parent / "shared" / "datasets" / "squad2_dev250"
 OUT = ROOT / "docs" / "dev" / "answerability.md"
 FEATURES = ("support", "unit_cos", "unit_coverage", "item_cos", "terms_missing_everywhere",
-            "terms_missing_in_item", "terms_missing_in_unit", "kind_holds", "no_kind_asked", "name_missing")
+            "terms_missing_in_item", "terms_missing_in_unit", "kind_holds", "no_kind_asked", "name_missing",
+            "negation_unanswered")
 CUTS = (0.3, 0.4, 0.5, 0.6)
 
 
@@ -87,7 +89,7 @@ def features(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCac
     kind = 1.0 if best.holds is True else 0.0 if best.holds is False else 0.5
     return [unit_support(best), best.cos, best.coverage, item.cos, missing(owns), missing([owns[position]]),
             missing([best.unit.terms | best.unit.context]), kind, float(reading.kind is None),
-            float(bool(reading.ungrounded))]
+            float(bool(reading.ungrounded)), float(choice.unnegated)]
 
 
 def domain_matrix(lab: Any, rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -125,8 +127,10 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
 def summary(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
     from sklearn.metrics import roc_auc_score
 
-    # today's rule: a best unit below ABSTAIN_BELOW, or a name of the question no evidence holds
-    today = (x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
+    # today's rule: a best unit below ABSTAIN_BELOW, a name of the question no evidence holds, or a
+    # question about what is not so that no quoted unit negates
+    today = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
+             | (x[:, FEATURES.index("negation_unanswered")] > 0))
     return {
         "questions": len(y), "unanswerable": int((~y).sum()),
         "auroc_learned": round(float(roc_auc_score(y, p)), 3),
@@ -163,7 +167,8 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
               "chance, so any cut that abstains on most unanswerable questions also abstains on many answerable",
               "ones. A learned rule was therefore not shipped: the gain is not in these features. The names",
               "check (`name_missing`) is a rule, not a weight: it catches the unanswerable questions that name",
-              "something the evidence does not (a changed entity, year or identifier).", ""]
+              "something the evidence does not (a changed entity, year or identifier); so is the negation check",
+              "(`negation_unanswered`): a question about what is not so, quoted a unit that negates nothing.", ""]
     return "\n".join(lines)
 
 
