@@ -119,6 +119,10 @@ def test_an_answer_opens_with_the_asked_thing_when_the_quote_holds_exactly_one(v
     # a value the question already holds is no answer; a capitalised phrase opening with "The" is no name
     assert short_answer("Port 8443 moved to 8444.", "quantity", "Where did port 8443 move?") == "8444"
     assert short_answer("The Critical deadline is owned by Ana Costa.", "person", "Who owns it?") == "Ana Costa"
+    # a quote that is the asked thing and nothing else is not repeated as its own lead
+    block = {"n": 1, "title": "Certificate rotation", "path": "runbooks/certs.md",
+             "text": "# Certificate rotation\n\n```bash\ngwctl certs rotate --env prod\n```"}
+    assert answer("Which command rotates the certificates?", [block], vectors) == "`gwctl certs rotate --env prod` [1]."
     # no typed kind (what changed), a reason, or a question of several parts: no lead
     assert short_answer("Status: Superseded by ADR-0009", None, "What changed?") is None
     assert short_answer("It failed because the index was missing.", "reason", "Why did it fail?") is None

@@ -290,6 +290,7 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
             text = text[:-1]
         if i == 0:
             lead = short_answer(text, reading.kind, query)
+            lead = None if lead is not None and lead.strip("`") == text.strip("`") else lead  # the quote is the answer
         parts.append(f"{text} [{unit.unit.n}].")
     body = " ".join(parts)
     return (f"**{lead}** — {body}" if lead else body), None
