@@ -147,7 +147,8 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
              "Written by `bench/study_answerability.py` (see its docstring for the method). Out-of-fold AUROC of a",
              "logistic regression over the chosen unit's features (" + ", ".join(f"`{f}`" for f in FEATURES) + "),",
              "fitted at even odds on both domains, against the support score alone and the synthesizer's rule today",
-             "(support below `ABSTAIN_BELOW`, or a name of the question that no evidence holds):", "",
+             "(support below `ABSTAIN_BELOW`, a name of the question that no evidence holds, or a negated",
+             "question whose quote negates nothing):", "",
              "| domain | questions | unanswerable | AUROC, learned | AUROC, support alone | today: abstention | "
              "today: false abstention |", "|---|---:|---:|---:|---:|---:|---:|"]
     for dom, r in result.items():

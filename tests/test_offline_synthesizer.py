@@ -166,7 +166,8 @@ def test_a_question_about_what_is_not_so_needs_a_quote_that_negates(vectors: Vec
     assert text == NO_EVIDENCE_ANSWER and why is not None and "not so" in why
     # a quote that does negate answers it
     closed = {**listener, "text": "# api-gateway\n\nThe gateway no longer listens on port 80 for public traffic."}
-    assert answer("Which port does the gateway not listen on for public traffic any more?", [closed], vectors).startswith("**80**")
+    assert answer("Which port does the gateway not listen on for public traffic any more?",
+                  [closed], vectors).startswith("**80**")
     # a negation inside a condition sets the scene, it is not what is asked
     assert answer("Which port does the gateway listen on for public TLS traffic if a client has no certificate?",
                   [listener], vectors).startswith("**8443**")
