@@ -207,7 +207,7 @@ def test_the_offline_synthesizer_quoting_injected_lines_forges_nothing(offline_m
 
 def test_the_offline_model_still_answers_from_the_injected_document(offline_model: OfflineModel) -> None:
     answer = run(offline_model)["answer"]
-    assert answer.startswith("The gateway admin port is 8443 [1].")
+    assert answer.startswith("**8443** — The gateway admin port is 8443 [1].")
     assert footer_paths(answer) == ["runbooks/gateway.md"]
 
 
