@@ -6,14 +6,16 @@ cosine with the question, the share of the question's words it holds, and whethe
 of answer the phrasing asks for (who ⇒ a person, which port / how many ⇒ a number, when ⇒ a date,
 which command ⇒ a code span with arguments). The best unit is the answer, cited with its item's
 ``[N]``; each further part of a multi-part question adds its own best unit, and a comparison the
-other side's unit with the same labels. When even the best unit's support
-is below `ABSTAIN_BELOW`, or the question uses a name no evidence item holds (``Maestro``, ``PAY-142``,
-``7070``: `crag_lab.offline.units.names`), the answer is the spec's abstention sentence.
+other side's unit with the same labels. When the question asks a typed thing and the first quote
+holds exactly one, the answer opens with it in bold (`short_answer`: ``**8443** — …``). When even the
+best unit's support is below `ABSTAIN_BELOW`, the question uses a name no evidence item holds
+(``Maestro``, ``PAY-142``, ``7070``: `crag_lab.offline.units.names`), or it asks what is not so and
+no quote negates anything (`answers_the_negation`), the answer is the spec's abstention sentence.
 
 >>> from crag_lab.offline.vectors import VectorCache  # doctest: +SKIP
 >>> answer("Which port does the gateway use?", [{"n": 1, "text": "The gateway listens on port 8443."}],
 ...        VectorCache())  # doctest: +SKIP
-'The gateway listens on port 8443 [1].'
+'**8443** — The gateway listens on port 8443 [1].'
 """
 
 from __future__ import annotations

@@ -297,8 +297,6 @@ def asks_for(question: str) -> str | None:
 
 
 _NEGATION = re.compile(r"\b(?:not|never|no|nor|none|nothing|neither|without|cannot)\b|n't\b", re.IGNORECASE)
-
-
 # A condition: "if ...", "unless ...", "when ..." inside a sentence (a question opening with "when" asks a time).
 _CONDITION = re.compile(r"\b(?:if|unless|whenever|in case)\b[^,;?]*|(?<=\w[ ,])when\b[^,;?]*", re.IGNORECASE)
 
