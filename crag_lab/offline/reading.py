@@ -93,6 +93,17 @@ def echoes(term: str, q_terms: Sequence[str]) -> bool:
     return any(term == q or term in term_parts(q) for q in q_terms)
 
 
+def label_names_asked(label: str, q_terms: Sequence[str], kind: str | None) -> bool:
+    """The label of a pair names what the question asks: one of its terms, or the asked kind
+    (``Date`` for when, ``Lead`` for who).
+
+    >>> label_names_asked("Lead", ["payment"], "person"), label_names_asked("Slack", ["payment"], "person")
+    (True, False)
+    """
+    label_terms = expand(content_terms(label))
+    return bool(label_terms & kind_labels(kind)) or any(has_term(t, label_terms) for t in q_terms)
+
+
 def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
     """A labelled unit (``Language: Python 3.12``) whose label names what the question asks — one of
     its terms, or the asked kind (``Date`` for when) — and whose value is mostly new to the question.
@@ -105,10 +116,8 @@ def label_answers(text: str, q_terms: Sequence[str], kind: str | None) -> bool:
     >>> label_answers("Consumes: notify.outbound.v2", ["consum", "notify.outbound.v2"], None)
     False
     """
-    asked = kind_labels(kind)
     for label, value in labelled(text):
-        label_terms = expand(content_terms(label))
-        if not (any(has_term(t, label_terms) for t in q_terms) or label_terms & asked):
+        if not label_names_asked(label, q_terms, kind):
             continue
         value_terms = expand(content_terms(value))
         new = [t for t in value_terms if not echoes(t, q_terms)]

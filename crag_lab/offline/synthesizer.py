@@ -25,7 +25,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from crag_lab.offline import router
-from crag_lab.offline.reading import Reading, UnitReading, coverage, echoes, has_term, read, unit_support
+from crag_lab.offline.reading import (
+    Reading,
+    UnitReading,
+    coverage,
+    echoes,
+    has_term,
+    label_names_asked,
+    read,
+    unit_support,
+)
 from crag_lab.offline.text import STOPWORDS, content_terms
 from crag_lab.offline.units import (
     asks_for,
@@ -240,7 +249,8 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
     narrowed to the asked finer shape (a version, a share, a command) when some have it. In a
     labelled row the first pair whose label names what is asked (``Lead`` for who, a label the
     question uses) and holds such a thing decides. Either way there must be exactly one candidate:
-    nothing says which of several is meant (``9091 / 3001`` for one port).
+    nothing says which of several is meant (``9091 / 3001`` for one port). A quote that is the asked
+    thing alone (a command line) has nothing to lead with.
 
     >>> short_answer("Team: Payments; Lead: Tiago Mendes; Slack: #team-payments", "person", "Who leads Payments?")
     'Tiago Mendes'
@@ -260,18 +270,15 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
         shaped = [s for s in new if asked_shape is not None and asked_shape.search(s)]
         return shaped or new
 
+    found_in = candidates(quote)
     pairs = labelled(quote)
     if len(pairs) >= 2 and len(pairs) == len(quote.split("; ")):
         terms = question_terms(query)
-        asked = kind_labels(kind)
-        for label, value in pairs:
-            label_terms = expand(content_terms(label))
-            if label_terms & asked or any(has_term(t, label_terms) for t in terms):
-                named = candidates(value)
-                if named:
-                    return named[0] if len(named) == 1 else None
-    everywhere = candidates(quote)
-    return everywhere[0] if len(everywhere) == 1 else None
+        named = (candidates(value) for label, value in pairs if label_names_asked(label, terms, kind))
+        found_in = next((c for c in named if c), found_in)
+    if len(found_in) != 1 or found_in[0].strip("`") == quote.strip("`"):
+        return None
+    return found_in[0]
 
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> tuple[str, str | None]:
@@ -284,17 +291,9 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     choice = choose(reading)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
-    parts = []
-    lead = None
-    for i, unit in enumerate(choice.units):
-        text = shortest_span(unit, reading.kind, query).rstrip()
-        if text.endswith("."):
-            text = text[:-1]
-        if i == 0:
-            lead = short_answer(text, reading.kind, query)
-            lead = None if lead is not None and lead.strip("`") == text.strip("`") else lead  # the quote is the answer
-        parts.append(f"{text} [{unit.unit.n}].")
-    body = " ".join(parts)
+    quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in choice.units]
+    body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, choice.units, strict=True))
+    lead = short_answer(quotes[0], reading.kind, query)
     return (f"**{lead}** — {body}" if lead else body), None
 
 
