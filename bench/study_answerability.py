@@ -50,8 +50,10 @@ FEATURES = ("support", "unit_cos", "unit_coverage", "item_cos", "terms_missing_e
 CUTS = (0.3, 0.4, 0.5, 0.6)
 
 
-def capture(lab: Any, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[dict[str, Any]]]]:
-    """(row, the evidence the synthesizer was given) for each non-chitchat question that reached it."""
+def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
+            mode: str = "knowledge_base") -> list[tuple[Mapping[str, Any], list[dict[str, Any]]]]:
+    """(row, the evidence the synthesizer was given) for each non-chitchat question that reached it,
+    asked in graph ``mode``."""
     box: dict[str, list[dict[str, Any]]] = {}
     original = synthesizer.respond
 
@@ -64,7 +66,7 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[s
     try:
         for row in rows:
             box.clear()
-            lab.ask(row["question"])
+            lab.ask(row["question"], mode=mode)
             if "evidence" in box and row.get("complexity") != "chitchat":
                 out.append((row, box["evidence"]))
     finally:

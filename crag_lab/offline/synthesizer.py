@@ -123,22 +123,24 @@ def answer_score(u: UnitReading, item_cos: float) -> float:
     return u.cos + COVERAGE_WEIGHT * u.coverage + kind + question_like + label + shape + ITEM_WEIGHT * item_cos
 
 
-def _ranked(reading: Reading) -> list[tuple[float, UnitReading]]:
+def ranked(reading: Reading) -> list[tuple[float, UnitReading]]:
+    """Every unit of the evidence with its `answer_score`, best first (shorter first on a tie): the
+    order `choose` quotes from, and the list `bench/study_reader_ceiling.py` asks a reader to pick from."""
     scored = [(answer_score(u, item.cos), u) for item in reading.items for u in item.units]
     return sorted(scored, key=lambda su: (-su[0], len(su[1].unit.text)))
 
 
 def choose(reading: Reading) -> Choice:
     """The units to quote for ``reading``'s question: the best one, then one per further part."""
-    ranked = _ranked(reading)
-    if not ranked:
+    ordered = ranked(reading)
+    if not ordered:
         return Choice((), 0.0)
-    _, best = ranked[0]
+    _, best = ordered[0]
     chosen = [best]
     # Close runners-up of the same item join the quote; when the best unit already holds the asked
     # kind of answer, only if they are not competing answers of that kind (sibling table rows).
-    top = ranked[0][0]
-    chosen += [u for score, u in ranked[1:] if u.unit.n == best.unit.n and score >= top - SAME_ITEM_MARGIN
+    top = ordered[0][0]
+    chosen += [u for score, u in ordered[1:] if u.unit.n == best.unit.n and score >= top - SAME_ITEM_MARGIN
                and (u.holds is None or u.holds is (best.holds is not True))][:SAME_ITEM_UNITS]
     for part in question_parts(reading.query):
         if len(chosen) >= MAX_UNITS:
@@ -146,14 +148,14 @@ def choose(reading: Reading) -> Choice:
         part_best = _best_for_part(reading, part)
         if part_best is not None and all(part_best.unit.text != c.unit.text for c in chosen):
             chosen.append(part_best)
-    other_side = parallel_fact(reading.query, ranked, chosen)
+    other_side = parallel_fact(reading.query, ordered, chosen)
     if other_side is not None:
         chosen.append(other_side)
     unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
     return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated)
 
 
-def parallel_fact(query: str, ranked: Sequence[tuple[float, UnitReading]],
+def parallel_fact(query: str, ordered: Sequence[tuple[float, UnitReading]],
                   chosen: Sequence[UnitReading]) -> UnitReading | None:
     """For a comparison, the best-ranked further unit that states the same labelled fact as the best one.
 
@@ -168,7 +170,7 @@ def parallel_fact(query: str, ranked: Sequence[tuple[float, UnitReading]],
     if not labels:
         return None
     quoted = {c.unit.text for c in chosen}
-    return next((u for _, u in ranked if u.unit.text not in quoted
+    return next((u for _, u in ordered if u.unit.text not in quoted
                  and [label.lower() for label, _ in labelled(u.unit.text)] == labels), None)
 
 
