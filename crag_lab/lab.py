@@ -92,6 +92,8 @@ class Lab:
             ``.env`` > defaults).
         llm
             Any LlamaIndex LLM or `crag_lab.models.CragModel`; None uses the deterministic offline model.
+            A mapping of task to LLM (``{"synthesize": reader}``) asks only those tasks of it and the
+            offline model the rest (`crag_lab.models.TaskModels`).
         cache_dir
             Where the index lives; default ``<path>/.crag_index/``.
         remote
@@ -312,6 +314,7 @@ class Lab:
         from crag_lab.offline import OfflineModel
 
         model = getattr(self.model, "model", self.model)  # under a response cache
+        model = getattr(model, "default", model)  # a model per task: the offline one answers the rest
         return model.prepare() if isinstance(model, OfflineModel) else 0
 
     def mermaid(self, mode: Mode = "knowledge_base", highlight: Sequence[str] | None = None) -> str:

@@ -151,10 +151,59 @@ def _is_rejection(exc: Exception) -> bool:
     return status in (400, 404, 415, 422, 501) or "response_format" in str(exc)
 
 
+def _identity(model: CragModel) -> dict[str, Any]:
+    return dict(getattr(model, "cache_identity", lambda: {"name": model.name})())
+
+
+class TaskModels:
+    """Each task asked of its own model: a real LLM as the reader, say, with the offline router,
+    planner and grader for the rest — ``Lab.from_directory("data/kb", llm={"synthesize": reader})``.
+
+    Tasks ``models`` does not name go to ``default``. The name and `cache_identity` name every
+    task's model, so a response cache or a run journal never mixes two line-ups.
+
+    >>> from crag_lab.testing import ScriptedLLM
+    >>> both = TaskModels({"synthesize": ScriptedLLM({"synthesize": "8443 [1]."})}, ScriptedLLM({"plan": "[]"}))
+    >>> both.complete("synthesize", "...", {}).text, both.complete("plan", "...", {}).text
+    ('8443 [1].', '[]')
+    """
+
+    def __init__(self, models: Mapping[str, CragModel], default: CragModel) -> None:
+        unknown = sorted(set(models) - set(TASKS))
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; tasks are {list(TASKS)}")
+        self.models: dict[str, CragModel] = dict(models)
+        self.default = default
+        self.name = " + ".join([default.name, *(f"{t}: {self.models[t].name}" for t in TASKS if t in self.models)])
+
+    def model_for(self, task: str) -> CragModel:
+        """The model that answers ``task``."""
+        return self.models.get(task, self.default)
+
+    def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
+        return self.model_for(task).complete(task, prompt, inputs)
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Every task's model identity; the servers' endpoints (for messages only) joined as ``api_base``."""
+        tasks = {task: _identity(self.model_for(task)) for task in TASKS}
+        endpoints = sorted({str(ident.pop("api_base")) for ident in tasks.values() if ident.get("api_base")})
+        return {"tasks": tasks, **({"api_base": ", ".join(endpoints)} if endpoints else {})}
+
+    def __getattr__(self, name: str) -> Any:  # the default model's extras (e.g. the offline model's caches)
+        if name == "default":  # not set yet (copy, unpickling): never recurse
+            raise AttributeError(name)
+        return getattr(self.default, name)
+
+
 def as_model(llm: Any | None, *, offline_factory: Callable[[], CragModel]) -> CragModel:
-    """A `CragModel` for what the user passed: None ⇒ the offline default, a LlamaIndex LLM ⇒ adapted."""
+    """A `CragModel` for what the user passed: None ⇒ the offline default, a LlamaIndex LLM ⇒ adapted,
+    a mapping of task ⇒ LLM ⇒ `TaskModels` (the tasks it does not name, and those mapped to None, answered
+    by the offline default)."""
     if llm is None:
         return offline_factory()
+    if isinstance(llm, Mapping):
+        offline = offline_factory()
+        return TaskModels({task: as_model(m, offline_factory=lambda: offline) for task, m in llm.items()}, offline)
     if isinstance(llm, CragModel):
         return llm
     try:
@@ -164,8 +213,8 @@ def as_model(llm: Any | None, *, offline_factory: Callable[[], CragModel]) -> Cr
     if isinstance(llm, LLM):
         return LlamaIndexModel(llm)
     raise TypeError(
-        f"llm must be None (offline default), a LlamaIndex LLM or a crag_lab model with "
-        f".complete(task, prompt, inputs); got {type(llm).__name__}"
+        f"llm must be None (offline default), a LlamaIndex LLM, a crag_lab model with "
+        f".complete(task, prompt, inputs) or a mapping of task to one of those; got {type(llm).__name__}"
     )
 
 

@@ -317,3 +317,27 @@ def test_a_rate_limited_or_busy_server_is_retried_with_backoff(server: LlamaServ
         outcome = call_model(real_model(statuses.url), "analyze", prompt, inputs, retries=1, timeout_s=120,
                              backoff_s=0.1, sleep=lambda s: None)
     assert outcome.reply is None and outcome.attempts == 2 and statuses == [429, 429]
+
+
+def test_a_real_reader_beside_the_offline_router_planner_and_grader(server: LlamaServer, kb: Path,
+                                                                    tmp_path: Path) -> None:
+    reader = Counting(real_model(server.url))
+    lab = Lab.from_directory(kb, config=CONFIG, llm={"synthesize": reader}, remote=False)
+    result = lab.ask(QUESTIONS[0]["question"])
+    assert [task for task, _ in reader.calls] == ["synthesize"]  # analyze, plan and grade stayed offline
+    assert result.complexity == "simple"  # the offline router's call; Gemma 3 270M calls most things chitchat
+    assert "8443" in reader.calls[0][1]  # the evidence the offline plan retrieved reached the real reader
+    assert all(u["ok"] for u in result.usage) and strip_stats_blocks(result.answer).strip()
+    # The same line-up from the command line: the saved run names it, and the offline router still routes.
+    from crag_lab.cli import main
+
+    dataset = tmp_path / "q.jsonl"
+    dataset.write_text(json.dumps({"id": "r1", "question": QUESTIONS[0]["question"], "answers": ["8443"],
+                                   "answerable": True, "complexity": "simple"}) + "\n", encoding="utf-8")
+    assert main(["eval", "--dataset", str(dataset), "--kb", str(kb), "--mode", "knowledge_base", "--api-base",
+                 server.url, "--completions", "--server-tasks", "synthesize", "--save-runs", str(tmp_path / "runs"),
+                 "--journal-dir", str(tmp_path / "j"), "--top-k", "2", "--no-progress", "--timeout", "120"]) == 0
+    header, record = [json.loads(line) for line in
+                      (tmp_path / "runs" / "q-knowledge_base.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert header["meta"]["model"] == f"offline + synthesize: {reader.name}"
+    assert record["complexity"] == "simple" and record["usage"][-1]["task"] == "synthesize"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crag_lab.eval.runner import COMPARED_MODES, EVAL_MODES
+from crag_lab.models import TASKS
 
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -49,6 +50,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     real.add_argument("--timeout", type=float, default=60.0, help="seconds per model call (default 60)")
     real.add_argument("--completions", action="store_true",
                       help="send prompts to /completions as they are (a base model without a chat template)")
+    real.add_argument("--server-tasks", nargs="+", choices=list(TASKS), metavar="TASK",
+                      help="ask the server only these tasks (analyze, plan, grade, synthesize); the offline "
+                           "model answers the rest (default: all four from the server)")
     real.add_argument("--structured", choices=["auto", "always", "never"], default="auto",
                       help="schema-constrained JSON for analyze, plan and grade (default auto: where supported)")
     p.add_argument("--cache", help="a response cache (SQLite file): a re-run makes no model call twice")
@@ -89,13 +93,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from crag_lab.eval.runner import evaluate
     from crag_lab.lab import Lab
 
+    if args.server_tasks and not args.api_base:
+        raise SystemExit("crag-lab eval: --server-tasks names the tasks a server answers; give the server with --api-base")
     dataset = load_dataset(args.dataset, limit=args.limit, seed=args.seed, kb=args.kb)
     kb = dataset.write_kb(args.cache_dir)
     progress = not args.no_progress
     if progress:
         print(f"{dataset.name}: {len(dataset)} queries, knowledge base {kb}", file=sys.stderr, flush=True)
     config = _config(args).with_changes(model_timeout_s=args.timeout)
-    llm = None
+    llm: Any = None
     if args.api_base:
         import os
 
@@ -105,6 +111,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         llm = LlamaIndexModel(openai_compatible(args.api_base, args.model, api_key=os.environ.get(args.api_key_env),
                                                 timeout_s=args.timeout, chat=not args.completions),
                               structured=args.structured)
+        if args.server_tasks:
+            llm = dict.fromkeys(args.server_tasks, llm)
     executor = None
     if args.ray:
         from crag_lab.ray_executor import RayExecutor, resolve_executor
