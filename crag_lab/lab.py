@@ -311,10 +311,12 @@ class Lab:
         LLM needs nothing: returns 0, as when everything was already encoded; else how many texts
         were encoded.
         """
+        from crag_lab.models import TaskModels
         from crag_lab.offline import OfflineModel
 
         model = getattr(self.model, "model", self.model)  # under a response cache
-        model = getattr(model, "default", model)  # a model per task: the offline one answers the rest
+        if isinstance(model, TaskModels):  # a model per task: the offline default answers the rest
+            model = model.default
         return model.prepare() if isinstance(model, OfflineModel) else 0
 
     def mermaid(self, mode: Mode = "knowledge_base", highlight: Sequence[str] | None = None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,13 @@ def test_only_the_named_task_reaches_the_given_model_and_the_offline_model_answe
     assert {u["task"] for u in result.usage} >= {"analyze", "plan", "synthesize"}
     assert "8443" in reader.calls[0]["prompt"]  # the reader read the evidence the offline plan retrieved
     assert isinstance(lab.model, TaskModels) and isinstance(lab.model.default, OfflineModel)
+
+
+def test_prepare_reaches_the_offline_model_of_a_line_up(make_kb: Callable[..., Path]) -> None:
+    kb = make_kb({"gw.md": "# Gateway\n\nThe gateway listens on port 8443. The Edge team runs it.\n"})
+    lab = Lab.from_directory(kb, llm={"synthesize": ScriptedLLM({"synthesize": "8443 [1]."})}, remote=False,
+                             cache=kb.parent / "responses.sqlite")  # a line-up behind a response cache
+    assert lab.prepare() > 0 and lab.prepare() == 0  # the offline part's sentences, encoded once
 
 
 def test_a_task_mapped_to_none_or_left_out_shares_one_offline_model() -> None:
