@@ -72,13 +72,12 @@ def measure(lab: Any, rows: Sequence[Mapping[str, Any]], mode: str, top: int, pi
             reader["same_unit"] += ahead == behind
             reader["first_in_ranked"] += forward == 1
             reader["no_pick"] += (not forward) + (not backward)
-    n = len(asked)
+    n, beyond = len(asked), sum(r is None for r in ranks)
+    oracle = {str(k): share for k, share in oracle_at(ranks, KS).items()}
     out: dict[str, Any] = {"questions": n, "shipped": shipped / n if n else 0.0,
-                           "oracle": {str(k): v for k, v in oracle_at(ranks, (*KS, 10**6)).items()},
-                           "beyond": sum(r is None for r in ranks)}
-    out["oracle"]["all"] = out["oracle"].pop(str(10**6))
+                           "oracle": {**oracle, "all": (n - beyond) / n if n else 0.0}, "beyond": beyond}
     if pick is not None:
-        out["reader"] = {k: (v / n if k in ("ranked", "reversed") else v) for k, v in reader.items()}
+        out["reader"] = reader  # counts of questions (no_pick: of replies, two per question)
     return out
 
 
@@ -120,7 +119,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         for key, r in readers.items():
             split, mode = key.split("/")
             n = result["runs"][key]["questions"]
-            lines.append(f"| {split} | {mode} | {percent(r['ranked'])} | {percent(r['reversed'])} | "
+            lines.append(f"| {split} | {mode} | {percent(r['ranked'] / n)} | {percent(r['reversed'] / n)} | "
                          f"{r['same_unit']} of {n} | {r['first_in_ranked']} of {n} | {r['no_pick']} of {2 * n} |")
         lines += ["", "A reader that reads picks the same unit in both orders and holds the answer about as often;",
                   "one that names the first position copies the ranking in one order and inverts it in the other."]

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from crag_lab.models import CragModel, ModelReply, Task
+from crag_lab.models import CragModel, ModelReply, Task, model_identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -43,8 +43,7 @@ CREATE TABLE IF NOT EXISTS responses (
 
 def cache_identity(model: CragModel) -> dict[str, Any]:
     """What makes two models' replies interchangeable: ``model.cache_identity()`` (less the endpoint) or its name."""
-    ident = getattr(model, "cache_identity", None)
-    out = dict(ident()) if callable(ident) else {"name": model.name}
+    out = model_identity(model)
     out.pop("api_base", None)
     return out
 
@@ -119,8 +118,7 @@ class CachedModel:
         self.cache = cache
         self.name = model.name
         self._identity = cache_identity(model)
-        inner = getattr(model, "cache_identity", None)
-        self._endpoint = dict(inner()).get("api_base") if callable(inner) else None
+        self._endpoint = model_identity(model).get("api_base")
 
     def cache_identity(self) -> dict[str, Any]:
         return {**self._identity, **({"api_base": self._endpoint} if self._endpoint else {})}

@@ -13,7 +13,7 @@ from crag_lab.audit import JsonlSink
 from crag_lab.cache import ResponseCache, with_cache
 from crag_lab.config import CragConfig, VectorStoreConfig
 from crag_lab.graph import MODES, build_graph, initial_state
-from crag_lab.models import CragModel, as_model
+from crag_lab.models import CragModel, TaskModels, as_model, model_identity
 from crag_lab.records import Mode, QueryRecord, QueryRow, query_rows
 from crag_lab.replay import Experiment
 from crag_lab.result import AskResult
@@ -241,7 +241,7 @@ class Lab:
 
         config = config or self.config
         rows = query_rows(queries)
-        ident = dict(getattr(self.model, "cache_identity", lambda: {"name": self.model.name})())
+        ident = model_identity(self.model)
         endpoint = str(ident.pop("api_base", None) or self.model.name)  # a restarted server may move ports
         book = RunJournal(journal, config=config, mode=mode, model=ident) if journal is not None else None
         bar = None
@@ -311,7 +311,6 @@ class Lab:
         LLM needs nothing: returns 0, as when everything was already encoded; else how many texts
         were encoded.
         """
-        from crag_lab.models import TaskModels
         from crag_lab.offline import OfflineModel
 
         model = getattr(self.model, "model", self.model)  # under a response cache

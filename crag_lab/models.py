@@ -151,7 +151,8 @@ def _is_rejection(exc: Exception) -> bool:
     return status in (400, 404, 415, 422, 501) or "response_format" in str(exc)
 
 
-def _identity(model: CragModel) -> dict[str, Any]:
+def model_identity(model: CragModel) -> dict[str, Any]:
+    """What the model says identifies its replies (``model.cache_identity()``, endpoint included), or its name."""
     return dict(getattr(model, "cache_identity", lambda: {"name": model.name})())
 
 
@@ -185,14 +186,9 @@ class TaskModels:
 
     def cache_identity(self) -> dict[str, Any]:
         """Every task's model identity; the servers' endpoints (for messages only) joined as ``api_base``."""
-        tasks = {task: _identity(self.model_for(task)) for task in TASKS}
+        tasks = {task: model_identity(self.model_for(task)) for task in TASKS}
         endpoints = sorted({str(ident.pop("api_base")) for ident in tasks.values() if ident.get("api_base")})
         return {"tasks": tasks, **({"api_base": ", ".join(endpoints)} if endpoints else {})}
-
-    def __getattr__(self, name: str) -> Any:  # the default model's extras (e.g. the offline model's caches)
-        if name == "default":  # not set yet (copy, unpickling): never recurse
-            raise AttributeError(name)
-        return getattr(self.default, name)
 
 
 def as_model(llm: Any | None, *, offline_factory: Callable[[], CragModel]) -> CragModel:
