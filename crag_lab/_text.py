@@ -6,8 +6,15 @@ checked here, before any model call; text crag_lab only stores (answers, audit e
 JSON with ``\\uXXXX`` escapes where it must be, so that saving never fails on it and loading gives the
 string back.
 
+Text that is compared with other text comes in as Unicode NFC (`nfc`): questions and history
+messages here, knowledge-base lines where they are read (`crag_lab.kb._files.LineReader`), tool
+arguments and dataset labels where they are parsed. "São" typed with a combining tilde (NFD, as
+macOS keyboards and many copy-pastes give it) is then the same string as the precomposed "São".
+
 >>> check_question("Which port?")
 'Which port?'
+>>> check_question("Is the office in Sa\\u0303o Paulo?") == "Is the office in S\\u00e3o Paulo?"
+True
 >>> check_question("port \\ud800?")
 Traceback (most recent call last):
 ...
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,8 +53,19 @@ def encodable(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def nfc(text: str) -> str:
+    """``text`` in Unicode normal form C (composed): one string for what a reader sees as one text.
+
+    NFC never joins or splits lines, so line numbers stay the same; it can shorten a line.
+
+    >>> nfc("Sa\\u0303o") == "S\\u00e3o", len(nfc("e\\u0301")), nfc("a\\nb") == "a\\nb"
+    (True, 1, True)
+    """
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def check_question(query: object, *, what: str = "question") -> str:
-    """``query`` if it is a non-empty ``str`` of valid Unicode text, else a clear error.
+    """``query`` in NFC (`nfc`) if it is a non-empty ``str`` of valid Unicode text, else a clear error.
 
     Raises ``TypeError`` for anything that is not a ``str`` (``None``, numbers, lists, bytes) and
     ``InvalidQuestionError`` (a ``ValueError``) for an empty or whitespace-only question or one with
@@ -65,11 +84,11 @@ def check_question(query: object, *, what: str = "question") -> str:
             "(a bad JSON or bytes decode makes these); fix the decoding, or drop it with "
             ".encode('utf-8', 'replace').decode('utf-8')"
         )
-    return query
+    return nfc(query)
 
 
 def check_questions(queries: object, *, what: str = "queries") -> list[str]:
-    """Every question of ``queries`` checked with ``check_question``; a single ``str`` is refused.
+    """Every question of ``queries`` checked (and made NFC) with ``check_question``; a single ``str`` is refused.
 
     A string is an iterable of its characters, so ``ask_many("Which port?")`` would ask eleven
     one-letter questions: it raises ``TypeError`` instead.
@@ -81,13 +100,14 @@ def check_questions(queries: object, *, what: str = "queries") -> list[str]:
 
 
 def check_history(history: object) -> list[dict[str, str]] | None:
-    """``history`` if it is None or a list of ``{"role": str, "content": str}`` messages of valid text."""
+    """``history`` as a list of new ``{"role": str, "content": str, ...}`` messages with NFC text (`nfc`);
+    None stays None. Raises ``TypeError`` or ``InvalidQuestionError`` naming the message that is not text."""
     if history is None:
         return None
     if isinstance(history, (str, bytes)) or not isinstance(history, Iterable):
         raise TypeError(f"history must be a list of {{'role', 'content'}} messages, got {type(history).__name__}")
-    messages = list(history)
-    for n, message in enumerate(messages, 1):
+    messages: list[dict[str, str]] = []
+    for n, message in enumerate(history, 1):
         if not isinstance(message, Mapping):
             raise TypeError(f"history message #{n} must be a dict with 'role' and 'content', got {type(message).__name__}")
         for key in ("role", "content"):
@@ -98,6 +118,7 @@ def check_history(history: object) -> list[dict[str, str]] | None:
             if index is not None:
                 raise InvalidQuestionError(f"history message #{n} {key!r} has a lone surrogate at index {index}: "
                                            "it is not valid Unicode text")
+        messages.append({**message, "role": nfc(message["role"]), "content": nfc(message["content"])})
     return messages
 
 

@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="build or update the persisted index of a knowledge base")
     p.add_argument("kb")
-    p.add_argument("--cache-dir")
+    p.add_argument("--cache-dir", help="the index folder (default: KB/.crag_index): new, empty or an index folder; "
+                                       "only what the index wrote there is ever removed")
     p.add_argument("--prepare", action="store_true",
                    help="also encode every chunk's sentences for the offline model now (once per index), "
                         "so the first questions run at warm speed")
@@ -226,12 +227,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Errors about the input are ``CragLabError`` (the package's own), ``OSError`` (a missing or
     unreadable file) and ``ValueError`` (a bad value, an invalid setting); anything else is a bug
-    and keeps its traceback.
+    and keeps its traceback. Every command first runs `crag_lab._preflight.preflight`, so a bad
+    ``.env``, setting, ``--api-base`` or ``--cache`` fails before the model loads or the index builds.
     """
     from crag_lab.errors import CragLabError
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed (``crag-lab eval`` reports it)
     try:
+        from crag_lab._preflight import preflight
+
+        preflight(args)  # .env, every KB_AGENT_* / CRAG_* setting, --api-base, --cache: before a model loads
         return int(args.func(args))
     except (CragLabError, OSError, ValueError) as exc:
         print(f"crag-lab: {one_line(exc)}", file=sys.stderr)

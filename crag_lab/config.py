@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 from typing_extensions import Self
+
+from crag_lab._env import EnvFileSettings, url_problem
 
 Grading = Literal["batch", "per_item"]
 
@@ -26,7 +28,7 @@ def _derived_recursion_limit(max_iterations: int) -> int:
 Aggregator = Literal["mean", "max", "any_above"]
 
 
-class CragConfig(BaseSettings):
+class CragConfig(EnvFileSettings):
     """Thresholds and limits of the corrective-RAG loop.
 
     Values are stored as given; nothing expensive happens here. A slider change in the lab makes a
@@ -170,7 +172,7 @@ class CragConfig(BaseSettings):
 VectorStoreKind = Literal["faiss", "qdrant"]
 
 
-class VectorStoreConfig(BaseSettings):
+class VectorStoreConfig(EnvFileSettings):
     """Where a knowledge base keeps its chunk vectors: arguments > environment (``CRAG_``) > `.env` > defaults.
 
     ``faiss`` (the default) is a flat FAISS file in the index folder: one process, the corpus in
@@ -194,3 +196,13 @@ class VectorStoreConfig(BaseSettings):
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server, if it needs one.")
     collection_prefix: str = Field("crag", pattern=r"^[A-Za-z0-9_-]{1,40}$",
                                    description="Collections are named <prefix>-<index folder id>.")
+
+    @field_validator("qdrant_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        """A server URL with a valid host and port (``localhost:6333`` as Qdrant's client reads it: http)."""
+        if value is not None:
+            problem = url_problem(value if "://" in value else f"http://{value}")
+            if problem is not None:
+                raise ValueError(f"{problem}; give the server's URL, e.g. http://127.0.0.1:6333")
+        return value

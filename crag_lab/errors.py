@@ -21,8 +21,21 @@ class InvalidQuestionError(CragLabError, ValueError):
     """A question that is empty or is not valid Unicode text (a lone surrogate)."""
 
 
+class DuplicateIdError(CragLabError, ValueError):
+    """Two or more questions of one query set share an id (a run keys its records, and its journal, by id)."""
+
+
 class ExperimentFileError(CragLabError, ValueError):
     """An experiment file that is not what ``Experiment.save`` writes; the message names file and line."""
+
+
+class DatasetFileError(CragLabError, ValueError):
+    """A labelled query set or passage file with a row that is not valid; the message names file, line and field."""
+
+
+class SettingsError(CragLabError, ValueError):
+    """A setting the run cannot use (a ``KB_AGENT_*`` / ``CRAG_*`` variable, the ``.env`` file, a URL); the
+    message names the variable, file or option and how to fix it."""
 
 
 class RayUnavailableError(CragLabError, ConnectionError):

@@ -8,6 +8,11 @@ call with the same journal asks only what is left. A journal written for another
 model is refused (its records would not belong to this run). A torn last line (the process died
 mid-write) is ignored.
 
+A record is reused only for the same question: the same id *and* the same text (compared after
+Unicode NFC normalisation). A question whose text changed under its id since it was answered is
+asked again, with a `JournalTextChangedWarning` naming the id; its new answer is appended, and the
+old one stays in the file (nothing a journal holds is ever dropped).
+
 A question whose model calls all failed (a dead server, every retry spent) is not written down:
 with a journal, `run_rows` raises `ModelUnavailableError` naming the model and its endpoint once
 the questions in flight are done, instead of recording degraded answers as results.
@@ -18,14 +23,17 @@ from __future__ import annotations
 import json
 import os
 import threading
+import unicodedata
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from crag_lab._paths import check_output
 from crag_lab.config import CragConfig
 from crag_lab.errors import CragLabError
-from crag_lab.records import QueryRecord, QueryRow
+from crag_lab.records import QueryRecord, QueryRow, check_unique_ids
 
 HEADER_KIND = "crag_lab.run_journal"
 
@@ -36,6 +44,14 @@ class JournalMismatchError(CragLabError, ValueError):
 
 class ModelUnavailableError(CragLabError, RuntimeError):
     """Every attempt of a model call failed (the server is down or unreachable); nothing was recorded for it."""
+
+
+class JournalTextChangedWarning(UserWarning):
+    """A journal answered a question under this id, but with other text: the question is asked again."""
+
+
+def _text_key(question: object) -> str:
+    return unicodedata.normalize("NFC", question) if isinstance(question, str) else repr(question)
 
 
 def _header(config: CragConfig, mode: str, model: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,10 +66,13 @@ class RunJournal:
         self.path = Path(path)
         self.header = json.loads(json.dumps(_header(config, mode, model), default=str))
         self.records: dict[str, QueryRecord] = {}
+        """The last record of each id (`find` also checks the question text)."""
+        self._by_text: dict[tuple[str, str], QueryRecord] = {}
         self._lock = threading.Lock()
-        if self.path.exists():
+        if self.path.exists() and not self.path.is_dir():
             self._load()
         else:
+            check_output(self.path, what="run journal")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write_line(self.header)
 
@@ -83,7 +102,7 @@ class RunJournal:
                     torn = True
                     continue
                 raise JournalMismatchError(f"{self.path} line {n} is not JSON; the journal is damaged") from None
-            self.records[str(record["id"])] = record
+            self._keep(record)
         if torn or not self.path.read_bytes().endswith(b"\n"):
             kept = lines[:-1] if torn else lines
             self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
@@ -94,10 +113,18 @@ class RunJournal:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def _keep(self, record: QueryRecord) -> None:
+        self.records[str(record["id"])] = record
+        self._by_text[str(record["id"]), _text_key(record.get("query"))] = record
+
     def add(self, record: QueryRecord) -> None:
         with self._lock:
             self._write_line(record)
-            self.records[str(record["id"])] = record
+            self._keep(record)
+
+    def find(self, query_id: str, question: str) -> QueryRecord | None:
+        """The record of ``query_id`` answered for this ``question`` text (NFC-equal), else None."""
+        return self._by_text.get((str(query_id), _text_key(question)))
 
     def __contains__(self, query_id: object) -> bool:
         return query_id in self.records
@@ -155,13 +182,16 @@ def threaded(answer: Callable[[QueryRow], QueryRecord], concurrency: int = 1) ->
 
 def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord] | None = None, *,
              concurrency: int = 1, journal: RunJournal | None = None, endpoint: str = "the model",
-             answer_many: AnswerMany | None = None) -> list[QueryRecord]:
+             answer_many: AnswerMany | None = None, alive: Callable[[], bool] | None = None) -> list[QueryRecord]:
     """Answer ``rows`` (those the journal lacks), at most ``concurrency`` at a time; the records in row order.
 
     ``answer`` runs one question (on ``concurrency`` threads); ``answer_many`` instead answers the
     rows the journal lacks its own way (a Ray actor pool). With a journal, each record is written
     as it finishes, and a question whose model calls all failed raises `ModelUnavailableError`
-    (naming ``endpoint``) after the questions in flight are done.
+    (naming ``endpoint``) after the questions in flight are done. ``alive`` (the model's
+    ``server_alive``) is asked then: a server that still answers is slow, not gone, so the run goes
+    on with the other questions, and the error at the end names the failed ones (nothing is recorded
+    for them; the same command asks them again).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -169,22 +199,45 @@ def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord]
         if answer is None:
             raise TypeError("run_rows needs answer (one question) or answer_many (many)")
         answer_many = threaded(answer, concurrency)
-    done: dict[str, QueryRecord] = dict(journal.records) if journal is not None else {}
+    check_unique_ids([row["id"] for row in rows])
+    done: dict[str, QueryRecord] = {}
+    if journal is not None:
+        changed = []
+        for row in rows:
+            found = journal.find(row["id"], row["question"])
+            if found is not None:
+                done[row["id"]] = found
+            elif row["id"] in journal:
+                changed.append(row["id"])
+        if changed:
+            shown = ", ".join(map(repr, changed[:10])) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+            warnings.warn(f"{journal.path}: the question text of {len(changed)} id(s) changed since the journal answered "
+                          f"them: {shown}; they are asked again (the old answers stay in the journal)",
+                          JournalTextChangedWarning, stacklevel=2)
     todo = [row for row in rows if row["id"] not in done]
     wanted = {row["id"] for row in todo}
     failures: list[str] = []
+    slow: list[str] = []  # failed while the server still answered: the run goes on
     for record in answer_many(todo, lambda: bool(failures)):
         query_id = str(record["id"])
         if query_id not in wanted:
             raise RuntimeError(f"an answer came back for {query_id!r}, which was not asked in this run")
         failed = failed_calls(record)
         if journal is not None and failed:
-            failures.append(f"{query_id} ({', '.join(failed)})")
+            (slow if alive is not None and not failures and alive() else failures).append(
+                f"{query_id} ({', '.join(failed)})")
             continue
         if journal is not None:
             journal.add(record)
         done[query_id] = record
+    if slow and not failures:
+        raise ModelUnavailableError(
+            f"model calls to {endpoint} failed on every attempt for {len(slow)} question(s) while the server "
+            f"still answered (slower than the timeouts allow?): {'; '.join(slow[:5])}. Nothing was recorded for "
+            f"them; the other {len(done)} question(s) finished and are kept in the journal. Run the same command "
+            "again to ask them again (a larger --timeout / model_timeout_s gives slow calls more time).")
     if failures:
+        failures += slow
         raise ModelUnavailableError(
             f"model calls to {endpoint} failed on every attempt for {len(failures)} question(s): "
             f"{'; '.join(failures[:5])}. Nothing was recorded for them; {len(done)} finished question(s) are "
@@ -195,5 +248,5 @@ def run_rows(rows: Sequence[QueryRow], answer: Callable[[QueryRow], QueryRecord]
     return [done[row["id"]] for row in rows]
 
 
-__all__ = ["AnswerMany", "JournalMismatchError", "ModelUnavailableError", "RunJournal", "failed_calls", "run_rows",
-           "threaded"]
+__all__ = ["AnswerMany", "JournalMismatchError", "JournalTextChangedWarning", "ModelUnavailableError", "RunJournal",
+           "failed_calls", "run_rows", "threaded"]

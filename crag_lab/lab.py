@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from crag_lab._text import check_history, check_question, check_questions
 from crag_lab.audit import JsonlSink
-from crag_lab.cache import ResponseCache, with_cache
+from crag_lab.cache import ResponseCache, check_cache_file, with_cache
 from crag_lab.config import CragConfig, VectorStoreConfig
 from crag_lab.graph import MODES, build_graph, initial_state
 from crag_lab.models import CragModel, TaskModels, as_model, model_identity
@@ -115,14 +117,22 @@ class Lab:
         from crag_lab.tools.kb_tools import kb_tools
 
         config = config or CragConfig()
-        check_folder(path)  # a missing or empty folder fails now, not after the seconds a model takes to load
+        # Settings, the cache file and the folder fail now, naming what is wrong, not after the model loads:
+        remote_settings = None
+        if remote:
+            from crag_lab.tools.remote import RemoteSettings, configured_remote_tools
+
+            remote_settings = RemoteSettings()
+        if vector_store is None:
+            VectorStoreConfig()  # the CRAG_* settings the build reads
+        if cache is not None and not isinstance(cache, ResponseCache):
+            check_cache_file(cache)
+        check_folder(path)
         embed_model = default_embed_model()
         kb = KnowledgeBase.build(path, embed_model=embed_model, cache_dir=cache_dir, vector_store=vector_store)
         tools: list[Tool] = list(kb_tools(kb, top_k=config.top_k))
         if remote:
-            from crag_lab.tools.remote import configured_remote_tools
-
-            tools += configured_remote_tools()
+            tools += configured_remote_tools(remote_settings)
         lab = cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache)
         lab.recipe = LabRecipe(str(kb.root), config, llm, str(kb.cache_dir), remote,
                                None if cache is None or isinstance(cache, ResponseCache) else str(cache),
@@ -213,7 +223,8 @@ class Lab:
         queries
             Strings, or dicts with ``question`` (and ``id`` and labels such as ``gold``, as in
             ``data/kb_queries.jsonl``); every question is checked before anything runs
-            (`crag_lab.records.query_rows`).
+            (`crag_lab.records.query_rows`), and two questions with one id are refused
+            (`crag_lab.errors.DuplicateIdError`, naming the ids).
         config
             The config to run at; default the lab's. It is recorded with the experiment.
         mode
@@ -228,8 +239,10 @@ class Lab:
         journal
             A JSONL file each finished question is written to at once (`crag_lab.journal`): run
             again with the same journal after an interruption and only the questions it lacks are
-            asked. With a journal, a question whose model calls all fail (a dead server) stops the
-            run with `crag_lab.journal.ModelUnavailableError` instead of recording a degraded answer.
+            asked. A journal answer is reused only for the same id and question text: a question
+            edited under its id is asked again, with a warning naming it. With a journal, a
+            question whose model calls all fail (a dead server) stops the run with
+            `crag_lab.journal.ModelUnavailableError` instead of recording a degraded answer.
         executor
             None (this process) or where else to answer: ``"ray"`` (a local Ray, or the cluster in
             ``RAY_ADDRESS``), a Ray address such as ``"ray://head:10001"``, or a
@@ -248,7 +261,8 @@ class Lab:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(rows), initial=len(book or ()), desc="queries", unit="q")
+            reused = sum(book.find(r["id"], r["question"]) is not None for r in rows) if book is not None else 0
+            bar = tqdm(total=len(rows), initial=reused, desc="queries", unit="q")
 
         def answer(row: QueryRow) -> QueryRecord:
             return self.record(row, config=config, mode=mode, shadow_grading=shadow_grading)
@@ -259,8 +273,10 @@ class Lab:
 
             many = resolve_executor(executor).answer_many(self, config=config, mode=mode, shadow_grading=shadow_grading)
         try:
-            records = run_rows(rows, answer, concurrency=concurrency, journal=book, endpoint=endpoint,
-                               answer_many=_counted(many or threaded(answer, concurrency), bar))
+            with _model_activity(bar, self.model):
+                records = run_rows(rows, answer, concurrency=concurrency, journal=book, endpoint=endpoint,
+                                   answer_many=_counted(many or threaded(answer, concurrency), bar),
+                                   alive=getattr(self.model, "server_alive", None) if many is None else None)
         finally:
             if bar is not None:
                 bar.close()
@@ -354,6 +370,30 @@ class LabRecipe:
     def __call__(self) -> Lab:
         return Lab.from_directory(self.kb, config=self.config, llm=self.llm, cache_dir=self.cache_dir,
                                   remote=self.remote, cache=self.cache, vector_store=self.vector_store)
+
+
+@contextmanager
+def _model_activity(bar: Any, model: Any, every_s: float = 2.0) -> Iterator[None]:
+    """While the block runs, the model's progress line (`crag_lab.models.LlamaIndexModel.activity`: calls,
+    tokens/s, calls running) beside the bar, every ``every_s``: a slow server shows it is working."""
+    line = getattr(model, "activity", None)
+    if bar is None or not callable(line):
+        yield
+        return
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            bar.set_postfix_str(line(), refresh=True)
+
+    thread = threading.Thread(target=tick, daemon=True, name="crag-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=every_s + 1)
+        bar.set_postfix_str(line(), refresh=False)
 
 
 def _counted(many: AnswerMany, bar: Any) -> AnswerMany:

@@ -36,7 +36,7 @@ from typing_extensions import NotRequired
 
 from crag_lab._text import check_question, json_line
 from crag_lab.config import CragConfig
-from crag_lab.errors import ExperimentFileError
+from crag_lab.errors import DuplicateIdError, ExperimentFileError
 
 # ---- the vocabularies -----------------------------------------------------------------------
 
@@ -266,7 +266,7 @@ def usage_tokens(usage: Iterable[UsageRecord]) -> int:
 def query_rows(queries: Iterable[str | Mapping[str, Any]]) -> list[QueryRow]:
     """Normalise a query set: strings get ids ``q001...``; dicts keep ``id``, ``question`` and labels.
 
-    Every question is checked before anything runs (``crag_lab._text.check_question``): a row that
+    Every question is checked, and made NFC, before anything runs (``crag_lab._text.check_question``): a row that
     is neither a string nor a mapping raises ``TypeError``, a mapping without question text, an
     empty question or one with a lone surrogate ``ValueError``, each naming the row.
 
@@ -284,7 +284,7 @@ def query_rows(queries: Iterable[str | Mapping[str, Any]]) -> list[QueryRow]:
             question = q.get("question") or q.get("query")
             if not isinstance(question, str):
                 raise ValueError(f"query #{n} has no 'question' text: {dict(q)!r}"[:300])
-            check_question(question, what=f"query #{n} ({q.get('id', 'no id')})")
+            question = check_question(question, what=f"query #{n} ({q.get('id', 'no id')})")
             labels = {k: v for k, v in q.items() if k not in ("id", "question", "query")}
             gold = labels.get("gold", [])
             labels["gold_paths"] = sorted({str(g).split(":L")[0] for g in gold})
@@ -292,7 +292,31 @@ def query_rows(queries: Iterable[str | Mapping[str, Any]]) -> list[QueryRow]:
         else:
             raise TypeError(f"query #{n} must be a question (str) or a dict with 'question', "
                             f"got {type(q).__name__} {q!r}"[:300])
+    check_unique_ids([row["id"] for row in rows])
     return rows
+
+
+def check_unique_ids(ids: Iterable[str], *, source: str = "the query set") -> None:
+    """Refuse a query set in which two questions share an id, naming each such id and where it occurs.
+
+    A run keys its records and its journal by id: a shared one would keep one answer for two
+    questions. Ids are compared as given (``"Q1"`` and ``"q1"`` are two ids).
+
+    >>> check_unique_ids(["a", "b", "a"])
+    Traceback (most recent call last):
+    ...
+    crag_lab.errors.DuplicateIdError: the query set has 1 id used by more than one question: 'a' (queries #1, #3); ...
+    """
+    where: dict[str, list[int]] = {}
+    for n, query_id in enumerate(ids, 1):
+        where.setdefault(query_id, []).append(n)
+    shared = {query_id: at for query_id, at in where.items() if len(at) > 1}
+    if shared:
+        named = ", ".join(f"{query_id!r} (queries {', '.join(f'#{n}' for n in at)})"
+                          for query_id, at in list(shared.items())[:10])
+        more = f" and {len(shared) - 10} more" if len(shared) > 10 else ""
+        raise DuplicateIdError(f"{source} has {len(shared)} id{'s' if len(shared) > 1 else ''} used by more than one "
+                               f"question: {named}{more}; give each question its own id")
 
 
 # ---- the file: a header line, then one record per line ----------------------------------------
@@ -408,6 +432,7 @@ __all__ = [
     "ShadowGrades",
     "ToolCall",
     "UsageRecord",
+    "check_unique_ids",
     "read_records",
     "round_grades",
     "run_route",

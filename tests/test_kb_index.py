@@ -50,7 +50,8 @@ def lines_of(root: Path, rel: str, start: int, end: int) -> str:
 
 
 def cache_entries(kb: KnowledgeBase) -> list[str]:
-    return sorted(p.name for p in kb.cache_dir.iterdir())
+    """The index folder's entries but its ledger and build lock (`crag_lab.kb._owned`)."""
+    return sorted(p.name for p in kb.cache_dir.iterdir() if p.name not in ("crag-lab-owned.json", "crag-lab.lock"))
 
 
 @pytest.fixture

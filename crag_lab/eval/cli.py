@@ -2,6 +2,11 @@
 
     crag-lab eval --dataset data/kb_queries.jsonl --kb data/kb --json docs/evaluation.json
     crag-lab eval --dataset path/to/beir_folder --limit 60 --mode knowledge_base --json out.json
+
+Every path the command writes (``--json``, ``--markdown``, ``--csv``, ``--save-runs``, ``--cache``,
+the journals in ``--journal-dir``) is checked before the first question. The journals are removed
+only once every result is written: if a write fails after the run, the same command run again asks
+nothing and only writes the results.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     real.add_argument("--model", help="the model id to ask for (default: the server's first)")
     real.add_argument("--api-key-env", default="OPENAI_API_KEY",
                       help="environment variable holding the API key (default OPENAI_API_KEY; none needed locally)")
-    real.add_argument("--timeout", type=float, default=60.0, help="seconds per model call (default 60)")
+    real.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds a model call may take; longer when the server's measured speed says its "
+                           "task's token cap needs it (default 60)")
     real.add_argument("--completions", action="store_true",
                       help="send prompts to /completions as they are (a base model without a chat template)")
     real.add_argument("--server-tasks", nargs="+", choices=list(TASKS), metavar="TASK",
@@ -88,14 +95,34 @@ def _modes(chosen: list[str] | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
+def _outputs(args: argparse.Namespace, dataset: Any, modes: list[str]) -> list[tuple[str, str | Path | None, bool]]:
+    """``(option, path, is_folder)`` of everything the command writes, the journals included."""
+    from crag_lab.eval.runner import journal_path
+
+    outputs: list[tuple[str, str | Path | None, bool]] = [
+        ("--json", args.json_out, False), ("--markdown", args.markdown, False), ("--csv", args.csv, False),
+        ("--cache", None if args.cache == ":memory:" else args.cache, False),
+        ("--save-runs", args.save_runs, True), ("--journal-dir", args.journal_dir, True)]
+    for mode in modes:
+        if args.save_runs:
+            outputs.append(("--save-runs", Path(args.save_runs) / f"{dataset.name}-{mode}.jsonl", False))
+        outputs.append(("--journal-dir", journal_path(dataset, mode, args.journal_dir), False))
+    return outputs
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    from crag_lab._paths import check_outputs
     from crag_lab.eval.datasets import load_dataset
-    from crag_lab.eval.runner import evaluate
+    from crag_lab.eval.runner import evaluate, journal_path
     from crag_lab.lab import Lab
+    from crag_lab.records import check_unique_ids
 
     if args.server_tasks and not args.api_base:
         raise SystemExit("crag-lab eval: --server-tasks names the tasks a server answers; give the server with --api-base")
     dataset = load_dataset(args.dataset, limit=args.limit, seed=args.seed, kb=args.kb)
+    check_unique_ids([q.id for q in dataset.queries], source=str(dataset.source))
+    modes = _modes(args.mode)
+    check_outputs(_outputs(args, dataset, modes))  # before the model loads and the first question is asked
     kb = dataset.write_kb(args.cache_dir)
     progress = not args.no_progress
     if progress:
@@ -105,12 +132,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.api_base:
         import os
 
-        from crag_lab.models import LlamaIndexModel
+        from crag_lab.models import TASK_MAX_TOKENS, LlamaIndexModel
         from crag_lab.servers import openai_compatible
 
         llm = LlamaIndexModel(openai_compatible(args.api_base, args.model, api_key=os.environ.get(args.api_key_env),
-                                                timeout_s=args.timeout, chat=not args.completions),
-                              structured=args.structured)
+                                                timeout_s=max(args.timeout, 1800.0), chat=not args.completions),
+                              structured=args.structured, task_max_tokens=TASK_MAX_TOKENS, warm_up=True)
         if args.server_tasks:
             llm = dict.fromkeys(args.server_tasks, llm)
     executor = None
@@ -121,31 +148,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
         executor = RayExecutor(None if args.ray == "ray" else args.ray, workers=args.workers)
     lab = Lab.from_directory(kb, config=config, llm=llm, remote=False, cache=args.cache)
     try:
-        ev = evaluate(lab, dataset, _modes(args.mode), config=config, progress=progress,
-                      concurrency=args.concurrency, journal_dir=args.journal_dir, executor=executor)
+        ev = evaluate(lab, dataset, modes, config=config, progress=progress, concurrency=args.concurrency,
+                      journal_dir=args.journal_dir, executor=executor, keep_journals=True)
     finally:
         if executor is not None:
             executor.close()
     cache = getattr(lab.model, "cache", None)
     if cache is not None:
         print(f"response cache {args.cache}: {cache.stats()}", file=sys.stderr)
-    command = "crag-lab eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else None
-    result = ev.to_json(command=command)
-    if args.json_out:
-        _write(args.json_out, json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
-    if args.markdown:
-        _write(args.markdown, ev.to_markdown(command=command))
-    if args.csv:
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        ev.queries.to_csv(args.csv, index=False)
-    if args.save_runs:
-        for mode, exp in ev.experiments.items():
-            exp.save(Path(args.save_runs) / f"{dataset.name}-{mode}.jsonl")
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    command = "crag-lab " + " ".join(shlex.quote(a) for a in argv) if argv else None
+    journals = [journal_path(dataset, mode, args.journal_dir) for mode in modes]
+    _write_results(args, ev, dataset.name, command, journals)
+    for journal in journals:  # every result is on disk: the answers are no longer needed
+        journal.unlink(missing_ok=True)
     print(ev.to_markdown(command=command))
     return 0
 
 
-def _write(path: str, text: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+def _write_results(args: argparse.Namespace, ev: Any, name: str, command: str | None, journals: list[Path]) -> None:
+    """Write every result the options ask for; a failure says where the answers are and how to write them again."""
+    from crag_lab._paths import OutputWriteError, write_text
+
+    what, path = "", ""
+    try:
+        if args.json_out:
+            what, path = "--json", args.json_out
+            write_text(path, json.dumps(ev.to_json(command=command), indent=2, ensure_ascii=False, default=str) + "\n")
+        if args.markdown:
+            what, path = "--markdown", args.markdown
+            write_text(path, ev.to_markdown(command=command))
+        if args.csv:
+            what, path = "--csv", args.csv
+            write_text(path, ev.queries.to_csv(index=False))
+        if args.save_runs:
+            for mode, exp in ev.experiments.items():
+                what, path = "--save-runs", str(Path(args.save_runs) / f"{name}-{mode}.jsonl")
+                exp.save(path)
+    except OSError as exc:
+        again = command or "the same crag-lab eval command"
+        raise OutputWriteError(
+            f"could not write {what} {path} ({exc}); every answer is kept in the journal(s) "
+            f"{', '.join(map(str, journals))}: fix that, then run the same command again, which asks nothing and "
+            f"only writes the results: {again}") from exc

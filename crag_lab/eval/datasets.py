@@ -7,6 +7,12 @@ location of a passage is simply its file path. With ``limit`` only a sample of q
 the corpus shrinks to the passages those queries need (their gold passages plus their listed
 distractors: HotpotQA's ``context_doc_ids``, SQuAD 2.0's ``paired_doc_id``).
 
+Every row is validated against a schema (`KbQueryRow`, `BeirQueryRow`, `CorpusRow`) with strict
+types before it is read: ``"answerable": "false"``, a string where a list of answers or gold
+locations belongs, or a number where text belongs is a `crag_lab.errors.DatasetFileError` naming
+the file, the line and the field, never a label read as something else. Keys the schema does not
+name are ignored. Questions, answers and passages are made Unicode NFC (`crag_lab._text.nfc`).
+
 >>> ds = load_dataset("data/kb_queries.jsonl")  # doctest: +SKIP
 >>> ds.queries[1].gold  # doctest: +SKIP
 (GoldRef(path='services/api-gateway/README.md', start=11, end=13),)
@@ -22,8 +28,12 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from crag_lab._text import check_question, nfc
+from crag_lab.errors import DatasetFileError
 from crag_lab.eval.metrics import COMPLEXITIES, GoldRef
 
 DEFAULT_CACHE_DIR = Path(".cache/eval_kb")
@@ -150,10 +160,129 @@ def passage_markdown(passage: Passage) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+# ---- the row schemas ---------------------------------------------------------------------------------
+
+_TEXT = "a JSON string"
+_TEXTS = 'a JSON list of strings, e.g. ["8443"]'
+_ID = "a JSON string or integer"
+_IDS = 'a JSON list of passage ids, e.g. ["d1", "d2"] (or one id)'
+
+
+class _Row(BaseModel):
+    """Strict types (a string is never a list, ``"false"`` never a boolean); unknown keys are ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
+
+    question: str | None = Field(None, description=_TEXT)
+    query: str | None = Field(None, description=_TEXT)
+    text: str | None = Field(None, description=_TEXT)
+    complexity: str | None = Field(None, description=f"one of {list(COMPLEXITIES)} as a JSON string")
+    answerable: bool | None = Field(None, description="true or false (a JSON boolean, without quotes)")
+
+    def question_text(self, where: str) -> str:
+        """The question (``question``, else ``query``, else ``text``), checked and made NFC."""
+        question = next((q for q in (self.question, self.query, self.text) if q is not None), None)
+        if question is None or not question.strip():
+            raise DatasetFileError(f"{where}: no 'question' text")
+        return check_question(question, what=f"{where}: question")
+
+    def complexity_label(self, where: str) -> str | None:
+        if self.complexity is not None and self.complexity not in COMPLEXITIES:
+            raise DatasetFileError(f"{where}: complexity {self.complexity!r} is not one of {list(COMPLEXITIES)}")
+        return self.complexity
+
+
+class KbQueryRow(_Row):
+    """A row of the project's query file (``data/kb_queries.jsonl``)."""
+
+    id: str | int | None = Field(None, description=_ID)
+    answer: str | None = Field(None, description=_TEXT)
+    answers: list[str] | None = Field(None, description=_TEXTS)
+    gold: list[str] | None = Field(None, description='a JSON list of locations, e.g. ["faq.md:L3-L5"]')
+    tools: list[str] | None = Field(None, description='a JSON list of tool names, e.g. ["vector_search"]')
+
+
+class BeirQueryRow(_Row):
+    """A row of a BEIR-style ``queries.jsonl`` (HotpotQA's and SQuAD 2.0's extra keys included)."""
+
+    id: str | int | None = Field(None, description=_ID)
+    id_: str | int | None = Field(None, alias="_id", description=_ID)
+    answers: list[str] | None = Field(None, description=_TEXTS)
+    gold_doc_ids: list[str | int] | None = Field(None, description='a JSON list of passage ids, e.g. ["d1", "d2"]')
+    context_doc_ids: list[str | int] | str | int | None = Field(None, description=_IDS)
+    paired_doc_id: list[str | int] | str | int | None = Field(None, description=_IDS)
+    doc_ids: list[str | int] | str | int | None = Field(None, description=_IDS)
+    type: str | None = Field(None, description='a JSON string ("bridge" or "comparison")')
+
+
+class CorpusRow(BaseModel):
+    """A passage of a BEIR-style ``corpus.jsonl``."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
+
+    id: str | int | None = Field(None, description=_ID)
+    id_: str | int | None = Field(None, alias="_id", description=_ID)
+    title: str | None = Field(None, description=_TEXT)
+    text: str | None = Field(None, description=_TEXT)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validated(model: type[_Model], row: dict[str, Any], where: str) -> _Model:
+    """``row`` as ``model``, or one `DatasetFileError` naming ``where``, the field, what it must be and what it is."""
+    try:
+        return model.model_validate(row)
+    except ValidationError as exc:
+        fields = list(dict.fromkeys(str(e["loc"][0]) for e in exc.errors() if e["loc"]))
+        if not fields:
+            raise DatasetFileError(f"{where}: {exc.errors()[0]['msg']}") from None
+        name = fields[0]
+        info = next((f for key, f in model.model_fields.items() if name in (key, f.alias)), None)
+        expected = info.description if info is not None and info.description else "another type"
+        also = f" (also wrong: {', '.join(repr(f) for f in fields[1:])})" if len(fields) > 1 else ""
+        raise DatasetFileError(
+            f"{where}: field {name!r} must be {expected}, got {_json_kind(row.get(name))} {_short(row.get(name))}{also}"
+        ) from None
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list" + (f" holding {_json_kind(next(v for v in value if not isinstance(v, str)))}"
+                           if any(not isinstance(v, str) for v in value) else "")
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _ids(value: list[str | int] | str | int | None) -> list[str]:
+    """Passage ids as strings: a list of them, or one id given alone."""
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _texts(values: Sequence[str]) -> tuple[str, ...]:
+    """Non-blank strings in NFC, duplicates dropped, in order."""
+    return tuple(dict.fromkeys(nfc(v) for v in values if v.strip()))
+
+
 # ---- loaders ----------------------------------------------------------------------------------------
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file."""
     rows = []
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -162,27 +291,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 value = json.loads(line)
             except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from None
+                raise DatasetFileError(f"{path}:{n}: not valid JSON ({exc})") from None
             if not isinstance(value, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(value).__name__}")
-            rows.append(value)
+                raise DatasetFileError(f"{path}:{n}: expected a JSON object, got {type(value).__name__}")
+            rows.append((n, value))
     return rows
-
-
-def _question(row: Mapping[str, Any], where: str) -> str:
-    question = row.get("question", row.get("query", row.get("text")))
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: no 'question' text")
-    return question
-
-
-def _complexity(row: Mapping[str, Any], where: str) -> str | None:
-    value = row.get("complexity")
-    if value is None:
-        return None
-    if value not in COMPLEXITIES:
-        raise ValueError(f"{where}: complexity {value!r} is not one of {list(COMPLEXITIES)}")
-    return str(value)
 
 
 def _sample(items: Sequence[Any], limit: int | None, seed: int) -> list[Any]:
@@ -200,24 +313,32 @@ def load_kb_queries(path: str | Path, *, kb: str | Path | None = "data/kb", limi
     """The project's labelled questions (``id, question, complexity, answerable, answer, gold``).
 
     ``answer`` is one short string a correct answer must contain (empty: nothing to check);
-    ``gold`` lists ``path`` or ``path:Lstart-Lend`` locations relative to the knowledge base.
+    ``gold`` lists ``path`` or ``path:Lstart-Lend`` locations relative to the knowledge base. Each
+    row is validated as a `KbQueryRow`; a wrong type raises `DatasetFileError` naming file, line and field.
     """
     path = Path(path)
     queries = []
-    for n, row in enumerate(_read_jsonl(path), 1):
-        where = f"{path}:{n}"
-        answer = row.get("answer", "")
-        answers = row.get("answers", [answer] if answer else [])
+    for n, (line, raw) in enumerate(_read_jsonl(path), 1):
+        where = f"{path}:{line}"
+        row = _validated(KbQueryRow, raw, where)
+        answers = row.answers if row.answers is not None else [row.answer] if row.answer else []
         queries.append(EvalQuery(
-            id=str(row.get("id", f"q{n:03d}")),
-            question=_question(row, where),
-            answers=tuple(str(a) for a in answers if str(a).strip()),
-            answerable=bool(row["answerable"]) if "answerable" in row else None,
-            complexity=_complexity(row, where),
-            gold=tuple(GoldRef.parse(g) for g in row.get("gold", [])),
+            id=str(row.id) if row.id is not None else f"q{n:03d}",
+            question=row.question_text(where),
+            answers=_texts(answers),
+            answerable=row.answerable,
+            complexity=row.complexity_label(where),
+            gold=tuple(_gold(g, f"{where}: gold[{i}]") for i, g in enumerate(row.gold or [])),
         ))
     return EvalSet(path.stem, _sample(queries, limit, seed), path, kb=Path(kb) if kb is not None else None,
                    limit=limit, seed=seed)
+
+
+def _gold(text: str, where: str) -> GoldRef:
+    try:
+        return GoldRef.parse(text)
+    except ValueError as exc:
+        raise DatasetFileError(f"{where}: {exc}") from None
 
 
 def _read_qrels(path: Path) -> dict[str, list[str]]:
@@ -230,8 +351,11 @@ def _read_qrels(path: Path) -> dict[str, list[str]]:
             if not row or (n == 1 and row[0] in ("query_id", "query-id", "qid")):
                 continue
             if len(row) < 2:
-                raise ValueError(f"{path}:{n}: expected 'query_id<TAB>doc_id[<TAB>relevance]'")
-            relevance = float(row[2]) if len(row) > 2 and row[2].strip() else 1.0
+                raise DatasetFileError(f"{path}:{n}: expected 'query_id<TAB>doc_id[<TAB>relevance]'")
+            try:
+                relevance = float(row[2]) if len(row) > 2 and row[2].strip() else 1.0
+            except ValueError:
+                raise DatasetFileError(f"{path}:{n}: relevance must be a number, got {row[2]!r}") from None
             if relevance > 0:
                 gold.setdefault(row[0], []).append(row[1])
     return gold
@@ -267,7 +391,9 @@ def load_beir(folder: str | Path, *, limit: int | None = None, seed: int = 0) ->
 
     Queries keep ``answers`` (any one counts), ``answerable`` (default: has answers) and
     ``complexity`` when present. Gold passages come from ``qrels.tsv`` (or ``gold_doc_ids``) and
-    become the file paths `EvalSet.write_kb` writes. Call ``write_kb()`` before indexing.
+    become the file paths `EvalSet.write_kb` writes. Call ``write_kb()`` before indexing. Rows are
+    validated as `BeirQueryRow` and `CorpusRow`; a wrong type raises `DatasetFileError` naming file,
+    line and field.
     """
     folder = Path(folder)
     for name in ("corpus.jsonl", "queries.jsonl"):
@@ -275,34 +401,39 @@ def load_beir(folder: str | Path, *, limit: int | None = None, seed: int = 0) ->
             raise ValueError(f"{folder} is not a BEIR-style dataset: {name} is missing "
                              "(expected corpus.jsonl, queries.jsonl and qrels.tsv)")
     corpus: dict[str, Passage] = {}
-    for n, row in enumerate(_read_jsonl(folder / "corpus.jsonl"), 1):
-        if "id" not in row and "_id" not in row:
-            raise ValueError(f"{folder / 'corpus.jsonl'}:{n}: passage without 'id'")
-        doc_id = str(row.get("id", row.get("_id")))
-        corpus[doc_id] = Passage(doc_id, str(row.get("title") or ""), str(row.get("text") or ""))
+    for line, raw in _read_jsonl(folder / "corpus.jsonl"):
+        where = f"{folder / 'corpus.jsonl'}:{line}"
+        passage = _validated(CorpusRow, raw, where)
+        doc = passage.id if passage.id is not None else passage.id_
+        if doc is None:
+            raise DatasetFileError(f"{where}: passage without 'id'")
+        doc_id = str(doc)
+        corpus[doc_id] = Passage(doc_id, nfc(passage.title or ""), nfc(passage.text or ""))
     qrels = _read_qrels(folder / "qrels.tsv")
     queries = []
-    for n, row in enumerate(_read_jsonl(folder / "queries.jsonl"), 1):
-        where = f"{folder / 'queries.jsonl'}:{n}"
-        qid = str(row.get("id", row.get("_id", f"q{n:04d}")))
-        gold_ids = qrels.get(qid) or [str(d) for d in row.get("gold_doc_ids", [])]
+    for n, (line, raw) in enumerate(_read_jsonl(folder / "queries.jsonl"), 1):
+        where = f"{folder / 'queries.jsonl'}:{line}"
+        row = _validated(BeirQueryRow, raw, where)
+        given = row.id if row.id is not None else row.id_
+        qid = str(given) if given is not None else f"q{n:04d}"
+        gold_ids = qrels.get(qid) or _ids(row.gold_doc_ids)
         missing = [d for d in gold_ids if d not in corpus]
         if missing:
-            raise ValueError(f"{where}: gold passage(s) {missing[:3]} are not in corpus.jsonl")
+            raise DatasetFileError(f"{where}: gold passage(s) {missing[:3]} are not in corpus.jsonl")
         needs: list[str] = list(gold_ids)
         for key in _DISTRACTOR_KEYS:
-            value = row.get(key)
-            needs += [str(v) for v in value] if isinstance(value, list) else [str(value)] if value else []
-        answers = tuple(dict.fromkeys(str(a) for a in row.get("answers", []) if str(a).strip()))
+            needs += _ids(getattr(row, key))
+        answers = _texts(row.answers or [])
+        question = row.question_text(where)
         queries.append(EvalQuery(
             id=qid,
-            question=_question(row, where),
+            question=question,
             answers=answers,
-            answerable=bool(row.get("answerable", bool(answers))),
-            complexity=_complexity(row, where),
+            answerable=row.answerable if row.answerable is not None else bool(answers),
+            complexity=row.complexity_label(where),
             gold=tuple(GoldRef(passage_filename(d)) for d in gold_ids),
             needs=tuple(d for d in dict.fromkeys(needs) if d in corpus),
-            kind=hotpot_kind(row, gold_ids),
+            kind=hotpot_kind({"type": row.type, "question": question, "answers": list(answers)}, gold_ids),
         ))
     chosen = _sample(queries, limit, seed)
     if limit is None or limit >= len(queries):

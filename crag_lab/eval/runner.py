@@ -21,7 +21,7 @@ from crag_lab.config import CragConfig
 from crag_lab.eval import metrics as m
 from crag_lab.eval.datasets import EvalQuery, EvalSet
 from crag_lab.eval.report import render_markdown
-from crag_lab.records import Mode, QueryRecord, round_grades, run_route, usage_tokens
+from crag_lab.records import Mode, QueryRecord, check_unique_ids, round_grades, run_route, usage_tokens
 from crag_lab.replay import Experiment
 
 if TYPE_CHECKING:
@@ -351,6 +351,7 @@ def evaluate(
     concurrency: int = 1,
     journal_dir: str | Path | None = None,
     executor: Executor | str | None = None,
+    keep_journals: bool = False,
 ) -> Evaluation:
     """Run ``dataset`` through ``lab`` once per mode and score every run against the labels.
 
@@ -376,12 +377,20 @@ def evaluate(
     journal_dir
         Where each mode's run journal lives while it runs (``<dataset>-<mode>.journal.jsonl``,
         `crag_lab.journal`): an interrupted evaluation started again asks only the questions it
-        lacks. A mode's journal is removed once that mode has finished.
+        lacks. The journals are removed once every mode has finished (`journal_path`).
     executor
         None answers here; ``"ray"``, a Ray address or a `crag_lab.ray_executor.RayExecutor`
         shards the questions over Ray workers (`Lab.run`), with the same records in the same
         order. One actor pool serves every mode; one made here from a string is stopped at the end.
+    keep_journals
+        Leave the journals in ``journal_dir`` after the last mode, for a caller that removes them
+        only once the results are safely written (``crag-lab eval`` does): until then, the same
+        call asks nothing and only returns the results again.
+
+    Two questions of ``dataset`` with one id are refused (`crag_lab.errors.DuplicateIdError`)
+    before any question is asked.
     """
+    check_unique_ids([q.id for q in dataset.queries], source=str(dataset.source))
     base = config or lab.config
     experiments: dict[str, Experiment] = {}
     configs: dict[str, CragConfig] = {}
@@ -396,15 +405,22 @@ def evaluate(
             graph_mode, cfg = mode_setup(mode, base)
             if progress:
                 print(f"{dataset.name}: {mode} ({len(rows)} queries)", flush=True)
-            journal = Path(journal_dir) / f"{dataset.name}-{mode}.journal.jsonl" if journal_dir is not None else None
+            journal = journal_path(dataset, mode, journal_dir) if journal_dir is not None else None
             exp = lab.run(rows, config=cfg, mode=graph_mode, shadow_grading=shadow_grading, progress=progress,
                           concurrency=concurrency, journal=journal, executor=executor)
-            if journal is not None:
-                journal.unlink(missing_ok=True)
             exp.meta["eval_mode"] = mode
             experiments[mode], configs[mode] = exp, cfg
     finally:
         close = getattr(owned, "close", None)
         if close is not None:
             close()
-    return Evaluation.from_experiments(dataset, experiments, configs)
+    evaluation = Evaluation.from_experiments(dataset, experiments, configs)
+    if journal_dir is not None and not keep_journals:
+        for mode in experiments:
+            journal_path(dataset, mode, journal_dir).unlink(missing_ok=True)
+    return evaluation
+
+
+def journal_path(dataset: EvalSet, mode: str, journal_dir: str | Path) -> Path:
+    """Where `evaluate` journals ``mode`` of ``dataset``: ``<journal_dir>/<dataset>-<mode>.journal.jsonl``."""
+    return Path(journal_dir) / f"{dataset.name}-{mode}.journal.jsonl"

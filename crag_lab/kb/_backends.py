@@ -6,7 +6,8 @@ keeps them in a Qdrant collection (cosine distance) through ``llama-index-vector
 a server or cluster by URL, or Qdrant's embedded local mode in a folder. Each build writes a new
 collection, named ``<prefix>-<knowledge base>-<index folder id>``, so that the ``CURRENT`` swap stays
 atomic; `QdrantVectors.drop_others` removes the collections of older builds of the same
-knowledge base. The manifest's ``vector_store`` entry says which one an index uses (none: FAISS).
+knowledge base that the index folder's ledger records (`crag_lab.kb._owned`), and no others. The
+manifest's ``vector_store`` entry says which one an index uses (none: FAISS).
 
 Qdrant takes UUIDs or integers as point ids and a chunk id is a sha1 digest, so a point's id is the
 digest's first 128 bits as a UUID (`point_id`); the node in its payload keeps the chunk id.
@@ -20,6 +21,7 @@ import functools
 import hashlib
 import threading
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +74,8 @@ class FaissVectors:
         faiss_index = index.vector_store.client  # type: ignore[attr-defined]
         return np.asarray(faiss_index.reconstruct_n(0, faiss_index.ntotal), dtype=np.float32)
 
-    def drop_others(self, keep: str | None) -> None:
-        return None
+    def drop_others(self, keep: str | None, owned: Collection[str] = ()) -> set[str]:
+        return set()
 
 
 # Embedded Qdrant allows one client per folder per process (it locks the folder), and a ":memory:"
@@ -196,12 +198,16 @@ class QdrantVectors:
             raise ValueError(f"Qdrant collection {self.collection!r} lacks {len(missing)} chunk(s), e.g. {missing[0]}")
         return np.asarray([rows[point_id(cid)] for cid in ids], dtype=np.float32)
 
-    def drop_others(self, keep: str | None) -> None:
-        """Drop this knowledge base's collections other than ``keep`` (older builds, killed builds)."""
+    def drop_others(self, keep: str | None, owned: Collection[str] = ()) -> set[str]:
+        """Drop the collections of this knowledge base in ``owned`` (the ledger's: older builds, killed
+        builds) other than ``keep``; returns those dropped. A collection no ledger records is never dropped."""
         mine = f"{self.prefix}-{self.kb_key}-"
+        dropped = set()
         for found in self.client.get_collections().collections:
-            if found.name.startswith(mine) and found.name != keep:
+            if found.name in owned and found.name.startswith(mine) and found.name != keep:
                 self.client.delete_collection(found.name)
+                dropped.add(found.name)
+        return dropped
 
 
 @functools.lru_cache(maxsize=8)

@@ -341,10 +341,13 @@ def iter_chunks(
 
 
 def chunk_file(root: Path, path: str, settings: ChunkSettings | None = None) -> ChunkedFile:
-    """Read and chunk one file of the knowledge base (``path`` relative to ``root``)."""
+    """Read and chunk one file of the knowledge base (``path`` relative to ``root``, which is resolved).
+
+    A file that is a symlink out of ``root`` when it is opened raises ``OSError`` (`open_inside`).
+    """
     full = root / path
     kind = kind_of(path)
-    title = find_title(LineReader(full), kind, default=Path(path).stem)
-    reader = LineReader(full)
+    title = find_title(LineReader(full, root), kind, default=Path(path).stem)
+    reader = LineReader(full, root)
     chunks = list(iter_chunks(path, reader, kind=kind, title=title, settings=settings))
     return ChunkedFile(path, title, chunks, reader.decoded_with_replacement)

@@ -7,6 +7,7 @@ chunks only the files that changed.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +73,7 @@ def load_documents(
     files: list[ChunkedFile] = []
     for path in paths:
         try:
-            if is_binary(base / path):
+            if is_binary(base / path, base):
                 warnings.append(binary_warning(path))
                 continue
             chunked = chunk_file(base, path, settings)
@@ -118,7 +119,7 @@ def file_digests(base: Path, cache: Path) -> tuple[dict[str, str], list[LoadWarn
     digests: dict[str, str] = {}
     for path in paths:
         try:
-            sha, binary = file_digest(base / path)
+            sha, binary = file_digest(base / path, base)
         except OSError as exc:
             warnings.append(unreadable_warning(path, exc))
             continue
@@ -129,6 +130,13 @@ def file_digests(base: Path, cache: Path) -> tuple[dict[str, str], list[LoadWarn
     if not digests:
         raise empty_error(base)
     return digests, warnings
+
+
+def not_nfc(chunks: Sequence[Chunk]) -> set[str]:
+    """Paths of files whose stored chunks hold text that is not NFC: indexed before lines were made NFC
+    where they are read, so an incremental build chunks them again even though their bytes did not change."""
+    return {c.path for c in chunks if not (unicodedata.is_normalized("NFC", c.text)
+                                           and unicodedata.is_normalized("NFC", c.title))}
 
 
 def chunk_changed(

@@ -22,6 +22,11 @@ class IndexCorruptError(KnowledgeBaseError):
     """The persisted index is unreadable or inconsistent; ``KnowledgeBase.build`` repairs it."""
 
 
+class IndexFolderError(KnowledgeBaseError):
+    """A folder a build refuses to write its index into: it holds files crag_lab did not write (or the
+    knowledge base itself), so the index would mix its files with the user's."""
+
+
 class EmbeddingModelMismatchError(KnowledgeBaseError):
     """The index was built with another embedding model than the one given to ``load``."""
 

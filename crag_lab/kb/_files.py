@@ -2,8 +2,10 @@
 
 Files are walked in sorted order and named by relative POSIX paths; hidden entries, the index
 folder, symlinks that leave the root or loop, FIFOs, sockets, devices and undecodable names are
-skipped with a warning, and a file is opened without blocking (`open_regular`). `LineReader`
-yields a file's lines one at a time, so a 50 MB file is never held whole.
+skipped with a warning, and a file is opened without blocking (`open_regular`). A file is checked
+again when it is opened (`open_inside`): one replaced by a symlink to a file outside the root after
+the folder was listed or indexed is refused then. `LineReader` yields a file's lines one at a time,
+in Unicode NFC, so a 50 MB file is never held whole.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Literal, TypedDict
 
-from crag_lab._text import encodable
+from crag_lab._text import encodable, nfc
 
 TEXT_EXTENSIONS: tuple[str, ...] = (".md", ".markdown", ".txt", ".rst")
 """File types a knowledge base is made of; other files are ignored silently."""
@@ -193,10 +195,42 @@ def open_regular(path: Path) -> BinaryIO:
         raise
 
 
-def file_digest(path: Path) -> tuple[str, bool]:
-    """``(sha256 hex of the bytes, is_binary)``; binary means a NUL byte in the first 8 KiB."""
+class OutsideKnowledgeBase(PermissionError):
+    """A file that, at the moment it was opened, was a symlink to a file outside the knowledge base."""
+
+
+def open_inside(path: Path, root: Path | None) -> BinaryIO:
+    """``open_regular(path)``, refused with ``OutsideKnowledgeBase`` (an ``OSError``) unless what was
+    opened is a file inside ``root`` (resolved); no check when ``root`` is None.
+
+    The check is made on the open file, not on the name before it: the path is resolved after the
+    open and the file it resolves to must be the one opened (same device and inode). A file swapped
+    for a symlink to ``/etc/passwd`` after the folder was listed, after the index was built, or
+    between a check and the open, is refused.
+    """
+    f = open_regular(path)
+    if root is None:
+        return f
+    try:
+        opened = os.fstat(f.fileno())
+        real = Path(os.path.realpath(path))
+        if real.is_relative_to(root):
+            now = os.stat(real)
+            if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+                return f
+        raise OutsideKnowledgeBase(errno.EACCES, "symlink to a file outside the knowledge base", str(path))
+    except BaseException:
+        f.close()
+        raise
+
+
+def file_digest(path: Path, root: Path | None = None) -> tuple[str, bool]:
+    """``(sha256 hex of the bytes, is_binary)``; binary means a NUL byte in the first 8 KiB.
+
+    With ``root``, the file must be inside it when it is opened (`open_inside`).
+    """
     digest = hashlib.sha256()
-    with open_regular(path) as f:
+    with open_inside(path, root) as f:
         head = f.read(_SNIFF_BYTES)
         digest.update(head)
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -204,9 +238,9 @@ def file_digest(path: Path) -> tuple[str, bool]:
     return digest.hexdigest(), b"\0" in head
 
 
-def is_binary(path: Path) -> bool:
-    """True when the first 8 KiB of the file contain a NUL byte."""
-    with open_regular(path) as f:
+def is_binary(path: Path, root: Path | None = None) -> bool:
+    """True when the first 8 KiB of the file contain a NUL byte (``root``: as in `file_digest`)."""
+    with open_inside(path, root) as f:
         return b"\0" in f.read(_SNIFF_BYTES)
 
 
@@ -214,19 +248,23 @@ def is_binary(path: Path) -> bool:
 
 
 class LineReader:
-    """The lines of a file as UTF-8 text without their terminators, read one at a time.
+    """The lines of a file as UTF-8 text in Unicode NFC, without their terminators, read one at a time.
 
     Lines end at ``\\n`` (a trailing ``\\r`` is dropped too, and a UTF-8 byte-order mark at the
     start). A line that is not valid UTF-8 is decoded with ``errors="replace"`` and
-    ``decoded_with_replacement`` becomes True. Iterating again re-reads the file.
+    ``decoded_with_replacement`` becomes True. Each line is made NFC here, where it is read, so the
+    chunks, ``read``, ``grep`` and the titles all see the same text (NFC never joins lines: line
+    numbers are the file's). With ``root``, the file must be inside it when it is opened
+    (`open_inside`). Iterating again re-reads the file.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
+        self.root = root
         self.decoded_with_replacement = False
 
     def __iter__(self) -> Iterator[str]:
-        with open_regular(self.path) as f:
+        with open_inside(self.path, self.root) as f:
             first = True
             for raw in f:
                 if raw.endswith(b"\n"):
@@ -237,7 +275,8 @@ class LineReader:
                     raw = raw.removeprefix(codecs.BOM_UTF8)
                     first = False
                 try:
-                    yield raw.decode("utf-8")
+                    line = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     self.decoded_with_replacement = True
-                    yield raw.decode("utf-8", errors="replace")
+                    line = raw.decode("utf-8", errors="replace")
+                yield nfc(line)

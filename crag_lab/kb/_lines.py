@@ -1,7 +1,9 @@
 """The file primitives of a knowledge base: resolve a path safely, read lines, grep blocks of lines.
 
 `KnowledgeBase.resolve`, ``read`` and ``grep`` are thin methods over these functions; they read the
-files as they are on disk now (line by line, never whole), with the line numbers that citations use.
+files as they are on disk now (line by line, never whole, in NFC as the index has them), with the line
+numbers that citations use. Each file is checked again at the moment it is opened (`open_inside`): a
+file replaced by a symlink out of the knowledge base after ``resolve`` or after the build is refused.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
+from crag_lab._text import nfc
 from crag_lab.kb._errors import FileNotInKnowledgeBaseError, PathOutsideKnowledgeBaseError
-from crag_lab.kb._files import TEXT_EXTENSIONS, LineReader, is_binary, is_hidden, skip_reason
+from crag_lab.kb._files import TEXT_EXTENSIONS, LineReader, OutsideKnowledgeBase, is_binary, is_hidden, skip_reason
 from crag_lab.kb._regex import Matcher
 
 
@@ -40,7 +43,8 @@ def resolve_path(root: Path, cache_dir: Path, files: Sequence[str], path: str) -
 
     Refuses absolute paths, ``..`` and symlinks that lead outside the root
     (``PathOutsideKnowledgeBaseError``), and hidden, missing, binary or non-text files
-    (``FileNotInKnowledgeBaseError``, suggesting close names among ``files``).
+    (``FileNotInKnowledgeBaseError``, suggesting close names among ``files``). A path that names no
+    file as given but one of ``files`` in NFC (``café.md`` typed with a combining accent) is that file.
     """
     if not isinstance(path, str) or not path.strip():
         raise FileNotInKnowledgeBaseError(
@@ -55,6 +59,8 @@ def resolve_path(root: Path, cache_dir: Path, files: Sequence[str], path: str) -
     if ".." in parts:
         raise PathOutsideKnowledgeBaseError(f"{path!r} leaves the knowledge base: '..' is not allowed")
     rel = "/".join(parts)
+    if rel not in files:
+        rel = next((f for f in files if nfc(f) == nfc(rel)), rel)
     full = root / rel
     try:
         resolved = full.resolve()
@@ -77,7 +83,7 @@ def resolve_path(root: Path, cache_dir: Path, files: Sequence[str], path: str) -
     reason = skip_reason(full, root)
     if reason is not None:
         raise FileNotInKnowledgeBaseError(f"{rel!r} is not a knowledge-base file: {reason}")
-    if not rel.lower().endswith(TEXT_EXTENSIONS) or is_binary(full):
+    if not rel.lower().endswith(TEXT_EXTENSIONS) or is_binary(full, root):
         raise FileNotInKnowledgeBaseError(
             f"{rel!r} is not a knowledge-base text file (only non-binary {', '.join(TEXT_EXTENSIONS)} files are)"
         )
@@ -85,9 +91,11 @@ def resolve_path(root: Path, cache_dir: Path, files: Sequence[str], path: str) -
 
 
 def read_lines(
-    rel: str, full: Path, title: str, start_line: int | None, end_line: int | None, max_lines: int | None
+    rel: str, full: Path, title: str, start_line: int | None, end_line: int | None, max_lines: int | None,
+    *, root: Path,
 ) -> Passage:
-    """Lines ``start_line``..``end_line`` of a resolved file (see `KnowledgeBase.read`)."""
+    """Lines ``start_line``..``end_line`` of a resolved file (see `KnowledgeBase.read`), which must still be
+    inside ``root`` when it is opened (``PathOutsideKnowledgeBaseError`` otherwise)."""
     start = 1 if start_line is None else start_line
     if start < 1:
         raise ValueError(f"start_line must be >= 1, got {start_line}")
@@ -100,9 +108,12 @@ def read_lines(
         last = start + max_lines - 1 if last is None else min(last, start + max_lines - 1)
     kept: list[str] = []
     total = 0
-    for total, line in enumerate(LineReader(full), 1):
-        if start <= total and (last is None or total <= last):
-            kept.append(line)
+    try:
+        for total, line in enumerate(LineReader(full, root), 1):
+            if start <= total and (last is None or total <= last):
+                kept.append(line)
+    except OutsideKnowledgeBase:
+        raise PathOutsideKnowledgeBaseError(f"{rel!r} is a symlink that points outside the knowledge base") from None
     if total and start > total:
         raise ValueError(f"{rel!r} has {total} lines; start_line={start} is past the end")
     return Passage(rel, "\n".join(kept), start, start + len(kept) - 1, title, total_lines=total)
@@ -116,14 +127,20 @@ def grep_file(
     context: int,
     budget: int,
     title_at: Callable[[str, int], str],
+    *,
+    root: Path,
 ) -> Iterator[Passage]:
     """The blocks of one file around lines ``matcher`` finds: ``context`` lines each side, blocks that
-    touch or overlap merged, at most ``budget`` matching lines; ``title_at(path, line)`` titles a block."""
+    touch or overlap merged, at most ``budget`` matching lines; ``title_at(path, line)`` titles a block.
+
+    The file is checked as ``read_lines`` checks it, when it is opened: one that is a symlink out of
+    ``root`` by then raises ``OutsideKnowledgeBase`` (an ``OSError``, so `KnowledgeBase.grep` leaves
+    the file out as it does a file deleted since the build)."""
     recent: deque[tuple[int, str]] = deque(maxlen=context + 1)
     block: list[tuple[int, str]] = []
     matches: list[int] = []
     trailing = 0
-    for no, line in enumerate(LineReader(full), 1):
+    for no, line in enumerate(LineReader(full, root), 1):
         recent.append((no, line))
         if len(matches) < budget and matcher.search(line, deadline):
             if block and no - context <= block[-1][0] + 1:

@@ -30,6 +30,7 @@ from typing import Any
 
 import regex
 
+from crag_lab._text import nfc
 from crag_lab.kb._errors import PatternTooExpensiveError
 
 try:  # the standard library's own regex parser: re._parser from Python 3.11, sre_parse before
@@ -106,13 +107,16 @@ class Matcher:
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> Matcher:
         """A case-insensitive matcher for ``pattern``; an invalid regex becomes a literal search.
 
-        A compiled ``re.Pattern`` is re-compiled from its text and flags, under the same limits.
+        The pattern is made NFC, as the lines it searches are (`crag_lab.kb._files.LineReader`): "São"
+        typed with a combining tilde finds the precomposed one. A compiled ``re.Pattern`` is
+        re-compiled from its text and flags, under the same limits.
         Raises ``PatternTooExpensiveError`` for a pattern refused by the limits above.
         """
         if isinstance(pattern, re.Pattern):
             flags, pattern = pattern.flags, pattern.pattern
         if not isinstance(pattern, str):
             raise TypeError(f"a grep pattern must be a str, got {type(pattern).__name__}")
+        pattern = nfc(pattern)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         if len(pattern) > MAX_PATTERN_CHARS:

@@ -7,11 +7,15 @@ Layout of the index folder (``cache_dir``, by default ``<root>/.crag_index/``)::
                             (or, for Qdrant, a ``vector_store`` entry in the manifest naming the collection)
     qdrant/                 embedded local Qdrant, when that is where the vectors are
     .tmp-*                  a build in progress, or the leftovers of a killed one
+    crag-lab-owned.json     the ledger: every entry (and Qdrant collection) a build created here
+    crag-lab.lock           the lock that builds of this folder take in turn
 
 `write_index` writes a complete new ``index-*`` folder (first as ``.tmp-*``), then replaces
 ``CURRENT`` atomically with ``os.replace`` (`swap_current`); a killed build therefore leaves the
-previous index live, and `cleanup` removes the leftovers. The manifest records, per file, its
-sha256 and chunk ids, the embedding model and the chunk settings.
+previous index live, and `cleanup` removes the leftovers. Every entry is recorded in the ledger
+before it is created, and `cleanup` removes ledger entries only (`crag_lab.kb._owned`): files of the
+user's that look like ours, and the folders of an index built before the ledger, are never removed.
+The manifest records, per file, its sha256 and chunk ids, the embedding model and the chunk settings.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from crag_lab.kb._chunking import Chunk, ChunkSettings
 from crag_lab.kb._embedding import UnitEmbedding
 from crag_lab.kb._errors import IndexCorruptError, IndexMissingError
 from crag_lab.kb._files import INDEX_DIRNAME
+from crag_lab.kb._owned import Ledger
 
 FORMAT_VERSION = 1
 
@@ -158,34 +161,56 @@ def read_stored(root: Path, cache: Path, embed: UnitEmbedding, vector_store: Vec
     """Read the live index; ``IndexMissingError`` or ``IndexCorruptError`` if that is impossible.
 
     Its manifest says where the vectors are (`crag_lab.kb._backends`); a Qdrant ``vector_store``
-    config may say where that server is now.
+    config may say where that server is now. Loads take no lock: when a concurrent build swaps
+    ``CURRENT`` (and removes the folder it named) while this one reads, the read starts again
+    from the new ``CURRENT`` instead of reporting a damaged index.
     """
     pointer = cache / _CURRENT
-    if not pointer.is_file():
-        raise IndexMissingError(f"no index for knowledge base {str(root)!r} in {str(cache)!r}: {_rebuild_hint(root)}")
+    for _ in range(_READ_ATTEMPTS):
+        if not pointer.is_file():
+            raise IndexMissingError(f"no index for knowledge base {str(root)!r} in {str(cache)!r}: {_rebuild_hint(root)}")
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+            return _read_folder(pointer, name, cache, embed, vector_store)
+        except (IndexMissingError, ImportError):
+            raise
+        except Exception as exc:  # any unreadable piece means the folder cannot be trusted
+            if _current_name(pointer) not in (name, None):
+                continue  # a concurrent build moved CURRENT on: read the new index
+            raise IndexCorruptError(
+                f"the index of knowledge base {str(root)!r} in {str(cache)!r} is unreadable "
+                f"({type(exc).__name__}: {exc}); {_rebuild_hint(root)} to repair it"
+            ) from exc
+    raise IndexCorruptError(f"the index of knowledge base {str(root)!r} in {str(cache)!r} changed {_READ_ATTEMPTS} "
+                            f"times while it was read; try again when the builds writing it have finished")
+
+
+_READ_ATTEMPTS = 3
+
+
+def _current_name(pointer: Path) -> str | None:
     try:
-        name = pointer.read_text(encoding="utf-8").strip()
-        if not re.fullmatch(rf"{_INDEX_PREFIX}[0-9a-f]+", name):
-            raise ValueError(f"{str(pointer)!r} does not name an index folder")
-        folder = cache / name
-        manifest_path = folder / _MANIFEST
-        manifest = check_manifest(json.loads(manifest_path.read_text(encoding="utf-8")))
-        backend = stored_backend(manifest.get("vector_store"), cache, vector_store)
-        store = backend.load_store(folder)
-        context = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
-        index = load_index_from_storage(context, embed_model=embed)
-        if not isinstance(index, VectorStoreIndex):
-            raise ValueError("the stored index is not a VectorStoreIndex")
-        ids = _chunk_ids(manifest)
-        backend.check(index, ids, manifest["embedding"]["dim"])
-        chunks = [chunk_of(node) for node in index.docstore.get_nodes(ids)]
-    except (IndexMissingError, ImportError):
-        raise
-    except Exception as exc:  # any unreadable piece means the folder cannot be trusted
-        raise IndexCorruptError(
-            f"the index of knowledge base {str(root)!r} in {str(cache)!r} is unreadable "
-            f"({type(exc).__name__}: {exc}); {_rebuild_hint(root)} to repair it"
-        ) from exc
+        return pointer.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def _read_folder(pointer: Path, name: str, cache: Path, embed: UnitEmbedding,
+                 vector_store: VectorStoreConfig | None) -> Stored:
+    if not re.fullmatch(rf"{_INDEX_PREFIX}[0-9a-f]+", name):
+        raise ValueError(f"{str(pointer)!r} does not name an index folder")
+    folder = cache / name
+    manifest_path = folder / _MANIFEST
+    manifest = check_manifest(json.loads(manifest_path.read_text(encoding="utf-8")))
+    backend = stored_backend(manifest.get("vector_store"), cache, vector_store)
+    store = backend.load_store(folder)
+    context = StorageContext.from_defaults(persist_dir=str(folder), vector_store=store)
+    index = load_index_from_storage(context, embed_model=embed)
+    if not isinstance(index, VectorStoreIndex):
+        raise ValueError("the stored index is not a VectorStoreIndex")
+    ids = _chunk_ids(manifest)
+    backend.check(index, ids, manifest["embedding"]["dim"])
+    chunks = [chunk_of(node) for node in index.docstore.get_nodes(ids)]
     return Stored(folder, manifest, index, chunks, backend)
 
 
@@ -198,15 +223,18 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def write_index(
-    cache: Path, nodes: list[TextNode], manifest: dict[str, Any], embed: UnitEmbedding, backend: VectorBackend
+    cache: Path, nodes: list[TextNode], manifest: dict[str, Any], embed: UnitEmbedding, backend: VectorBackend,
+    ledger: Ledger,
 ) -> tuple[Path, VectorStoreIndex]:
     """Persist a complete index folder beside the live one (its vectors where ``backend`` keeps them),
-    then make it live atomically."""
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=cache))
+    then make it live atomically. Each entry (and collection) goes into ``ledger`` before it is made."""
+    tmp = ledger.create_dir(_TMP_PREFIX)
     folder_id = uuid.uuid4().hex[:16]
     try:
         store = backend.new_store(manifest["embedding"]["dim"], folder_id)
+        collection = getattr(backend, "collection", None)
+        if collection is not None:
+            ledger.record_collection(collection)
         context = StorageContext.from_defaults(vector_store=store)
         # The docstore keeps every node even where the vector store holds text too (Qdrant): chunks and BM25 read it.
         index = VectorStoreIndex(nodes, storage_context=context, embed_model=embed, store_nodes_override=True)
@@ -216,38 +244,34 @@ def write_index(
             manifest["vector_store"] = entry
         _write_json(tmp / _MANIFEST, manifest)
         folder = cache / f"{_INDEX_PREFIX}{folder_id}"
+        ledger.record(folder.name)
+        if os.path.lexists(folder):  # a rename would replace an empty folder that is not ours
+            raise FileExistsError(f"{str(folder)!r} exists already")
         os.replace(tmp, folder)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        ledger.remove([tmp.name])
         raise
-    swap_current(cache, folder.name)
+    swap_current(cache, folder.name, ledger)
     return folder, index
 
 
-def swap_current(cache: Path, name: str) -> None:
-    """Point ``CURRENT`` at ``name`` with one atomic rename."""
-    tmp = cache / f"{_TMP_PREFIX}{_CURRENT}-{uuid.uuid4().hex[:8]}"
-    with open(tmp, "w", encoding="utf-8") as f:
+def swap_current(cache: Path, name: str, ledger: Ledger) -> None:
+    """Point ``CURRENT`` at ``name`` with one atomic rename (of a temporary file ``ledger`` records)."""
+    tmp = ledger.reserve(f"{_TMP_PREFIX}{_CURRENT}-")
+    with open(tmp, "x", encoding="utf-8") as f:
         f.write(name + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, cache / _CURRENT)
 
 
-def cleanup(cache: Path, keep: str, backend: VectorBackend | None = None) -> None:
-    """Remove old index folders and the leftovers of killed builds (and their Qdrant collections);
-    other files are left alone."""
+def cleanup(cache: Path, keep: str, ledger: Ledger, backend: VectorBackend | None = None) -> None:
+    """Remove the old index folders and the leftovers of killed builds (and their Qdrant collections)
+    that ``ledger`` records; anything else in the folder is left alone, whatever its name."""
     if backend is not None:
-        backend.drop_others(getattr(backend, "collection", None))
-    if not cache.is_dir():
-        return
-    for entry in cache.iterdir():
-        if entry.name in (_CURRENT, keep) or not entry.name.startswith((_INDEX_PREFIX, _TMP_PREFIX)):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+        ledger.forget_collections(backend.drop_others(getattr(backend, "collection", None), ledger.collections))
+    ledger.remove(sorted(name for name in ledger.entries
+                         if name not in (_CURRENT, keep) and name.startswith((_INDEX_PREFIX, _TMP_PREFIX))))
 
 
 def previous_index(

@@ -29,11 +29,12 @@ from llama_index.core.schema import MetadataMode
 from crag_lab.config import VectorStoreConfig
 from crag_lab.kb._backends import FaissVectors, VectorBackend, build_backend, same_place
 from crag_lab.kb._chunking import Chunk, ChunkSettings
-from crag_lab.kb._documents import chunk_changed, file_digests, replacement_warning
+from crag_lab.kb._documents import chunk_changed, file_digests, not_nfc, replacement_warning
 from crag_lab.kb._embedding import Embedder, UnitEmbedding, unit_embedding
 from crag_lab.kb._errors import EmbeddingModelMismatchError
 from crag_lab.kb._files import LoadWarning, discover_files, file_digest, resolve_root
 from crag_lab.kb._lines import Passage, grep_file, read_lines, resolve_path
+from crag_lab.kb._owned import Ledger, build_lock, check_folder
 from crag_lab.kb._regex import DEFAULT_TIMEOUT_S as DEFAULT_GREP_TIMEOUT_S
 from crag_lab.kb._regex import Matcher
 from crag_lab.kb._store import (
@@ -170,6 +171,12 @@ class KnowledgeBase:
         rebuild. ``build_report`` says what happened. Raises ``EmptyKnowledgeBaseError`` if no
         file has any text.
 
+        ``cache_dir`` (default ``<root>/.crag_index``) must be new, empty or an index folder: one that
+        is the knowledge base, holds it, or holds files crag_lab did not write raises
+        ``IndexFolderError`` before anything is read. A build removes only what the folder's ledger
+        (``crag-lab-owned.json``) says it created, and builds of one folder take turns (a lock): the
+        second waits, then reuses what the first built.
+
         ``vector_store`` says where the vectors go (`crag_lab.config.VectorStoreConfig`: FAISS in
         the index folder, or a Qdrant collection; default from the environment). Moving an index
         from one to the other re-embeds nothing: the stored vectors are copied.
@@ -187,6 +194,16 @@ class KnowledgeBase:
         embedder = _embedder(embed_with)
         base = resolve_root(root)
         cache = cache_path(base, cache_dir)
+        check_folder(base, cache)  # before anything is read or embedded: the index never mixes with the user's files
+        with build_lock(cache) as ledger:  # a second build of this folder waits here, then reuses what this one built
+            return cls._build(base, cache, ledger, started, embedder, embed_model, chunk_settings, vector_store)
+
+    @classmethod
+    def _build(
+        cls, base: Path, cache: Path, ledger: Ledger, started: float, embedder: Embedder | None,
+        embed_model: BaseEmbedding | None, chunk_settings: ChunkSettings | None, vector_store: VectorStoreConfig | None,
+    ) -> KnowledgeBase:
+        """`build` under the build lock of ``cache``; what it creates or removes there goes through ``ledger``."""
         settings = chunk_settings or ChunkSettings()
         embed = unit_embedding(embed_model)
 
@@ -196,12 +213,13 @@ class KnowledgeBase:
         old_files: dict[str, Any] = previous.manifest["files"] if previous is not None else {}
         reusable: dict[str, Any] = old_files if reason is None else {}
         unchanged = {p for p, sha in digests.items() if p in reusable and reusable[p]["sha256"] == sha}
+        unchanged -= not_nfc(previous.chunks) if previous is not None else set()
         removed = sorted(set(old_files) - set(digests))
 
         if (previous is not None and reason is None and unchanged == set(digests) and not removed
                 and same_place(previous.backend, backend)):
             warnings += [replacement_warning(p) for p in digests if old_files[p].get("decoded_with_replacement")]
-            cleanup(cache, keep=previous.folder.name, backend=previous.backend)
+            cleanup(cache, keep=previous.folder.name, ledger=ledger, backend=previous.backend)
             report = _report(started, digests, 0, 0, previous.chunks, 0, warnings, None)
             return cls(root=base, cache_dir=cache, index=previous.index, manifest=previous.manifest,
                        chunks=previous.chunks, embed_model=embed, build_report=report, vector_store=vector_store,
@@ -216,10 +234,11 @@ class KnowledgeBase:
             "chunking": settings.as_dict(),
             "files": files,
         }
-        folder, index = write_index(cache, nodes, manifest, embed, backend)
-        cleanup(cache, keep=folder.name, backend=backend)
+        folder, index = write_index(cache, nodes, manifest, embed, backend, ledger)
+        cleanup(cache, keep=folder.name, ledger=ledger, backend=backend)
         if previous is not None and not same_place(previous.backend, backend):
-            previous.backend.drop_others(None)  # moved to another store: the old one holds nothing live
+            # moved to another store: the old one holds nothing live
+            ledger.forget_collections(previous.backend.drop_others(None, ledger.collections))
         for node in nodes:  # the vectors live in FAISS now
             node.embedding = None
         warnings.sort(key=lambda w: w["path"])
@@ -342,7 +361,7 @@ class KnowledgeBase:
         '# FAQ'
         """
         rel, full = self.resolve(path)
-        return read_lines(rel, full, self.title(rel), start_line, end_line, max_lines)
+        return read_lines(rel, full, self.title(rel), start_line, end_line, max_lines, root=self.root)
 
     def grep(
         self,
@@ -378,7 +397,8 @@ class KnowledgeBase:
             if budget <= 0:
                 break
             try:
-                passages.extend(grep_file(rel, full, matcher, deadline, context, budget, self._title_at))
+                passages.extend(grep_file(rel, full, matcher, deadline, context, budget, self._title_at,
+                                          root=self.root))
             except OSError:  # deleted or made unreadable since the build; is_stale() reports it
                 continue
         return passages

@@ -5,7 +5,7 @@ Each tool takes a mapping of arguments and returns ``evidence_json([...])``: a J
 knowledge-base root, ``line``/``line_end`` are 1-based and inclusive, and ``text`` is exactly
 those lines of the file. ``score`` is a cosine for ``vector_search``, a BM25 score for
 ``keyword_search`` and None otherwise. Bad arguments raise ``ToolError`` naming the argument
-and the type it must have.
+and the type it must have. Queries and patterns are made Unicode NFC, as the indexed text is.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from crag_lab._text import encodable
+from crag_lab._text import encodable, nfc
 from crag_lab.kb import KnowledgeBase, KnowledgeBaseError, Passage
 from crag_lab.kb._regex import DEFAULT_TIMEOUT_S as GREP_TIMEOUT_S
 from crag_lab.tools._base import Tool, ToolError, evidence_json
@@ -54,13 +54,16 @@ def _arguments(tool: str, args: Any, allowed: tuple[str, ...]) -> Mapping[str, A
     return args
 
 
-def _string(tool: str, args: Mapping[str, Any], key: str) -> str:
+def _string(tool: str, args: Mapping[str, Any], key: str, *, text: bool = True) -> str:
+    """A non-empty string argument; ``text``: made NFC, as the knowledge base's lines are (a path is
+    not: `KnowledgeBase.resolve` matches a file name in either form)."""
     value = args.get(key)
     if value is None:
         raise ToolError(f"{tool}: missing required argument {key!r} (a non-empty string)")
     if not isinstance(value, str) or not value.strip():
         raise ToolError(f"{tool}: argument {key!r} must be a non-empty string, got {_describe(value)}")
-    return encodable(value)  # a model's lone surrogates would make the tokenizers raise
+    value = encodable(value)  # a model's lone surrogates would make the tokenizers raise
+    return nfc(value) if text else value
 
 
 def _integer(tool: str, args: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
@@ -94,7 +97,7 @@ def _grep_args(args: Any) -> tuple[str, int]:
 def _read_args(args: Any) -> tuple[str, int | None, int | None]:
     """``{path: str, start_line?: int, end_line?: int}`` of ``read_file``."""
     args = _arguments("read_file", args, ("path", "start_line", "end_line"))
-    path = _string("read_file", args, "path")
+    path = _string("read_file", args, "path", text=False)
     start = _integer("read_file", args, "start_line", 1)
     end = _integer("read_file", args, "end_line", 1)
     if start is not None and end is not None and end < start:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from crag_lab._env import EnvFileSettings, url_problem
 from crag_lab.tools.remote._address import normalise_host
 
 
-class RemoteSettings(BaseSettings):
+class RemoteSettings(EnvFileSettings):
     """Where the remote tools connect and the limits they keep.
 
     Read from arguments, then ``CRAG_*`` environment variables, then ``.env``. Tokens are
@@ -83,6 +84,8 @@ class RemoteSettings(BaseSettings):
             raise ValueError("must not contain a user name or password; set the *_TOKEN and *_EMAIL variables instead")
         if parts.query or parts.fragment:
             raise ValueError("must be the site's base URL, without a query or fragment")
+        if url_problem(url) is not None:  # port 0 or 99999, a space in the host, ...
+            raise ValueError("has an invalid host or port (a port is a number from 1 to 65535)")
         return url
 
     @field_validator("jira_token", "confluence_token", "jira_email", "confluence_email", mode="before")
