@@ -1,0 +1,197 @@
+"""Training pairs for the answer scorer: (question, unit as the offline model reads it, label).
+
+Every pair is cut the way evidence is cut at run time (`crag_lab.offline.units.units_of`, the unit
+keyed by its item's title: ``"Title: unit"``), so the scorer learns on the same shape of text it will
+score. Three public sources, none of them an evaluation set or the bundled knowledge base:
+
+- SQuAD v1.1 train: the unit holding the answer is a positive, the paragraph's other units are hard
+  negatives; a question set against a paragraph of *another* article that shares its words gives an
+  unanswerable group (every unit negative).
+- SQuAD 2.0 train (excerpt): its unanswerable questions against their own paragraph, every unit negative.
+- Engineering documentation (the READMEs of permissively licensed Python packages): templated
+  questions over table rows, ``key: value`` rows and install commands, the other rows of the same
+  table as hard negatives.
+
+>>> pairs = squad_pairs([{"id": "a/p0/q0", "title": "Port_Guide", "question": "Which port?",
+...     "context": "The gateway listens on 8443. It uses TLS.", "answers": ["8443"], "is_impossible": False}])
+>>> [(p.text, p.label) for p in pairs]
+[('Port Guide: The gateway listens on 8443.', 1), ('Port Guide: It uses TLS.', 0)]
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crag_lab.kb._chunking import iter_chunks
+from crag_lab.offline.text import content_terms
+from crag_lab.offline.units import Unit, units_of
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One training example: ``label`` is 1 when ``text`` answers ``question`` on its own."""
+
+    question: str
+    text: str
+    label: int
+    group: str
+    source: str
+
+
+def unit_text(title: str, unit: Unit) -> str:
+    """A unit as the offline model keys it: ``"Title: unit"`` (the unit alone without a title)."""
+    return f"{title}: {unit.text}" if title else unit.text
+
+
+def _norm(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).lower().split())
+
+
+def _title(raw: str) -> str:
+    return raw.replace("_", " ").strip()
+
+
+def squad_pairs(rows: Iterable[Mapping[str, Any]], *, negatives: int = 3, seed: int = 0) -> list[Pair]:
+    """Positive and hard-negative pairs from SQuAD rows; unanswerable rows give negatives only.
+
+    A unit is positive when it holds one of the row's answer texts; a row whose answer no unit holds
+    whole (an answer spanning two sentences) is skipped rather than mislabelled.
+    """
+    rng = random.Random(seed)
+    out: list[Pair] = []
+    for row in rows:
+        title = _title(str(row["title"]))
+        units = units_of(1, str(row["context"]), title)
+        texts = [unit_text(title, u) for u in units]
+        if row.get("is_impossible"):
+            chosen = rng.sample(texts, min(len(texts), negatives + 1))
+            out += [Pair(row["question"], t, 0, row["id"], "squad2-unanswerable") for t in chosen]
+            continue
+        answers = [_norm(a) for a in row["answers"] if a.strip()]
+        held = [i for i, u in enumerate(units) if any(a in _norm(u.text) for a in answers)]
+        if not held:
+            continue
+        out += [Pair(row["question"], texts[i], 1, row["id"], "squad11") for i in held[:1]]
+        others = [t for i, t in enumerate(texts) if i not in held]
+        out += [Pair(row["question"], t, 0, row["id"], "squad11") for t in rng.sample(others, min(len(others), negatives))]
+    return out
+
+
+def other_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, negatives: int = 3,
+                        candidates: int = 200, seed: int = 0) -> list[Pair]:
+    """Unanswerable groups: a question against the paragraph of another article that shares most of its words.
+
+    For ``share`` of the questions, ``candidates`` paragraphs of other articles are drawn at random and
+    the one holding most of the question's content words is used; every one of its units is a negative.
+    """
+    rng = random.Random(seed)
+    paragraphs: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        paragraphs.setdefault(str(row["context"]), (_title(str(row["title"])), str(row["context"])))
+    pool = list(paragraphs.values())
+    terms = [frozenset(content_terms(context)) for _, context in pool]
+    out: list[Pair] = []
+    for row in rows:
+        if rng.random() >= share:
+            continue
+        q_terms = set(content_terms(str(row["question"])))
+        title = _title(str(row["title"]))
+        picks = [i for i in rng.sample(range(len(pool)), min(candidates, len(pool))) if pool[i][0] != title]
+        if not picks or not q_terms:
+            continue
+        best = max(picks, key=lambda i: len(q_terms & terms[i]))
+        other_title, context = pool[best]
+        texts = [unit_text(other_title, u) for u in units_of(1, context, other_title)]
+        out += [Pair(row["question"], t, 0, f"{row['id']}/other", "other-article")
+                for t in rng.sample(texts, min(len(texts), negatives))]
+    return out
+
+
+# Questions over documentation, in several registers: full questions, terse ones and lower-case ones.
+_ROW_TEMPLATES = (
+    "What is the {col} of {subject}?", "Which {col} does {subject} have?", "{subject} {col}?",
+    "what's the {col} for {subject}", "Tell me the {col} of {subject}.", "{col} of {subject}?",
+)
+_KEY_TEMPLATES = ("What is {key}?", "What does {key} mean?", "{key}?", "What is {key} set to?", "how is {key} described")
+_INSTALL_TEMPLATES = ("How do I install {name}?", "Which command installs {name}?", "install {name}?",
+                      "How can I get {name} set up?")
+_CODE_HEADING = re.compile(r"\b(install(?:ation|ing)?|setup|set up|getting started|quick ?start|usage)\b", re.IGNORECASE)
+_INSTALL_LINE = re.compile(r"\b(?:pip|conda|uv|poetry|pipx|apt(?:-get)?|brew)\s+(?:install|add)\b")
+
+
+def _table_rows(unit_texts: Sequence[str]) -> Iterator[tuple[list[tuple[str, str]], int]]:
+    for i, text in enumerate(unit_texts):
+        cells = [tuple(part.split(": ", 1)) for part in text.split("; ")]
+        if len(cells) >= 2 and all(len(c) == 2 for c in cells):
+            yield [(c[0].strip(), c[1].strip()) for c in cells], i  # type: ignore[misc]
+
+
+def doc_pairs(name: str, markdown: str, *, negatives: int = 3, seed: int = 0, limit: int = 60) -> list[Pair]:
+    """Templated pairs over one document: table rows, ``key: value`` rows and install commands.
+
+    The question names a row's subject and asks another of its columns; the positive is that row,
+    the negatives are other rows of the same chunk (same columns, other subject) and other units.
+    """
+    rng = random.Random(f"{seed}/{name}")
+    out: list[Pair] = []
+    lines = markdown.splitlines()
+    for chunk in iter_chunks(f"{name}.md", lines, kind="markdown", title=name):
+        units = units_of(1, chunk.text, chunk.title)
+        texts = [unit_text(chunk.title, u) for u in units]
+        raw = [u.text for u in units]
+        gid = f"docs/{name}/{chunk.line_start}"
+        for cells, i in _table_rows(raw):
+            (_, subject), *rest = cells
+            col, value = rng.choice(rest)
+            if not subject or not value or len(subject) > 60 or len(col) > 40:
+                continue
+            question = rng.choice(_ROW_TEMPLATES).format(col=col.lower(), subject=subject)
+            others = [t for j, t in enumerate(texts) if j != i]
+            out.append(Pair(question, texts[i], 1, f"{gid}/{i}", "docs"))
+            out += [Pair(question, t, 0, f"{gid}/{i}", "docs") for t in rng.sample(others, min(len(others), negatives))]
+        for i, text in enumerate(raw):
+            key, sep, value = text.partition(": ")
+            if (not sep or "; " in text or not 2 < len(key) <= 40 or not value or key.startswith("`")
+                    or not content_terms(key)):
+                continue
+            question = rng.choice(_KEY_TEMPLATES).format(key=key)
+            others = [t for j, t in enumerate(texts) if j != i]
+            if others:
+                out.append(Pair(question, texts[i], 1, f"{gid}/k{i}", "docs"))
+                out += [Pair(question, t, 0, f"{gid}/k{i}", "docs") for t in rng.sample(others, min(len(others), negatives))]
+        heading = units[0].heading if units else ""
+        installs = [i for i, t in enumerate(raw) if t.startswith("`") and _INSTALL_LINE.search(t)]
+        if installs and _CODE_HEADING.search(heading or chunk.title):
+            question = rng.choice(_INSTALL_TEMPLATES).format(name=name)
+            others = [t for j, t in enumerate(texts) if j not in installs]
+            out.append(Pair(question, texts[installs[0]], 1, f"{gid}/install", "docs"))
+            out += [Pair(question, t, 0, f"{gid}/install", "docs") for t in rng.sample(others, min(len(others), negatives))]
+    groups: dict[str, list[Pair]] = defaultdict(list)
+    for pair in out:
+        groups[pair.group].append(pair)
+    keep = sorted(groups)
+    rng.shuffle(keep)
+    return [p for g in sorted(keep[:limit]) for p in groups[g]]
+
+
+def cross_doc_pairs(docs: Sequence[list[Pair]], *, seed: int = 0) -> list[Pair]:
+    """Unanswerable documentation groups: one document's question against another document's units."""
+    rng = random.Random(seed)
+    out: list[Pair] = []
+    for i, pairs in enumerate(docs):
+        if len(docs) < 2 or not pairs:
+            continue
+        other = docs[(i + 1 + rng.randrange(len(docs) - 1)) % len(docs)]
+        if not other:
+            continue
+        question = rng.choice(pairs).question
+        texts = sorted({p.text for p in other})
+        out += [Pair(question, t, 0, f"{pairs[0].group}/cross", "docs-unanswerable")
+                for t in rng.sample(texts, min(len(texts), 4))]
+    return out

@@ -1,0 +1,102 @@
+"""The answer scorer: a cross-encoder that reads (question, unit) and says how likely the unit answers.
+
+It is the bundled all-MiniLM-L6-v2 (`crag_lab.embeddings.model_dir`, no hub access) with a LoRA
+adapter and a classification head (`peft`), trained by ``python -m crag_lab.learned.train`` on public
+training data (the data card, ``crag_lab/_data/scorer/DATA_CARD.md``, names it). Only the adapter and
+the head ship; loading merges them into the base weights once, on CPU, in eval mode, so the same pairs
+always give the same scores.
+
+>>> scorer = AnswerScorer.load()  # doctest: +SKIP
+>>> scorer.predict([("Which port?", "Ports: The gateway listens on 8443.")])  # doctest: +SKIP
+array([0.97], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crag_lab.embeddings import model_dir
+
+SCORER_DIR = Path(__file__).resolve().parent.parent / "_data" / "scorer"
+"""Where the trained adapter, head and data card ship."""
+
+
+@dataclass(frozen=True)
+class ScorerCard:
+    """What ``scorer.json`` records: the input length, the abstention threshold and how it was trained."""
+
+    max_length: int
+    abstain_below: float
+    trained: dict[str, Any]
+
+
+class AnswerScorer:
+    """One verb: ``predict(pairs) -> probabilities``. Build it with `load` (cached per folder)."""
+
+    def __init__(self, model: Any, tokenizer: Any, card: ScorerCard) -> None:
+        self._model = model
+        self._tokenizer = tokenizer
+        self.card = card
+
+    @staticmethod
+    def load(folder: str | Path | None = None) -> AnswerScorer:
+        """The scorer in ``folder`` (default: the one that ships), loaded once per process."""
+        return _load(str(Path(folder or SCORER_DIR).resolve()))
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> np.ndarray:
+        """The probability that each ``(question, text)`` pair's text answers its question, in order.
+
+        Batches are padded to their own longest pair, so a pair's score never depends on the others
+        it is batched with beyond float noise in the last digits; scores are rounded to 6 places.
+        """
+        import torch
+
+        out = np.zeros(len(pairs), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(pairs), batch_size):
+                batch = pairs[start:start + batch_size]
+                enc = self._tokenizer([q for q, _ in batch], [t for _, t in batch], truncation="only_second",
+                                      max_length=self.card.max_length, padding=True, return_tensors="pt")
+                logits = self._model(**enc).logits.reshape(-1)
+                out[start:start + len(batch)] = torch.sigmoid(logits).numpy()
+        return np.round(out, 6)
+
+
+def base_model(num_labels: int = 1) -> tuple[Any, Any]:
+    """The bundled MiniLM as a sequence classifier with a fresh head, and its tokenizer (offline)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "some weights were newly initialised": the adapter replaces them
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=num_labels)
+    return model, tokenizer
+
+
+@functools.lru_cache(maxsize=2)
+def _load(folder: str) -> AnswerScorer:
+    path = Path(folder)
+    card_file = path / "scorer.json"
+    if not card_file.is_file():
+        raise FileNotFoundError(f"{card_file}: no trained scorer here; train one with python -m crag_lab.learned.train")
+    raw = json.loads(card_file.read_text(encoding="utf-8"))
+    card = ScorerCard(int(raw["max_length"]), float(raw["abstain_below"]), dict(raw.get("trained", {})))
+    import torch
+    from peft import PeftModel
+
+    torch.manual_seed(0)
+    model, tokenizer = base_model()
+    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    model.eval()
+    return AnswerScorer(model, tokenizer, card)

@@ -1,0 +1,95 @@
+"""The scorer's training pairs: labels follow the answer, unanswerable groups hold no positive, and
+documentation questions point at the row they were written from."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crag_lab.learned.data import cross_doc_pairs, doc_pairs, other_article_pairs, squad_pairs
+from crag_lab.learned.train import abstention_threshold
+
+ROW = {"id": "Gate/p0/q0", "title": "Gate_Way", "question": "Which port does it use?",
+       "context": "The gateway was built in 2019. It listens on port 8443. Metrics go to Prometheus.",
+       "answers": ["8443"], "is_impossible": False}
+
+
+def test_the_unit_holding_the_answer_is_the_only_positive_and_carries_the_title() -> None:
+    pairs = squad_pairs([ROW], negatives=5)
+    assert [p.text for p in pairs if p.label == 1] == ["Gate Way: It listens on port 8443."]
+    assert sorted(p.text for p in pairs if p.label == 0) == [
+        "Gate Way: Metrics go to Prometheus.", "Gate Way: The gateway was built in 2019."]
+
+
+def test_an_answer_no_unit_holds_whole_is_skipped_not_mislabelled() -> None:
+    assert squad_pairs([{**ROW, "answers": ["2019. It listens"]}]) == []
+
+
+def test_an_unanswerable_row_gives_negatives_only() -> None:
+    pairs = squad_pairs([{**ROW, "is_impossible": True, "answers": []}])
+    assert pairs and {p.label for p in pairs} == {0}
+    assert {p.source for p in pairs} == {"squad2-unanswerable"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "port", "gateway"]), min_size=1, max_size=6),
+       st.integers(0, 10_000))
+def test_other_article_groups_never_use_the_questions_own_article(words: list[str], seed: int) -> None:
+    rows = [{**ROW, "id": f"A/p{i}/q0", "title": "A", "question": " ".join(words) + "?"} for i in range(3)]
+    rows += [{**ROW, "id": f"B/p{i}/q0", "title": "B", "context": f"The {' '.join(words)} note {i}. Another line."}
+             for i in range(3)]
+    pairs = other_article_pairs(rows, share=1.0, seed=seed)
+    for pair in pairs:
+        assert pair.label == 0
+        own_title = next(r["title"] for r in rows if pair.group.startswith(r["id"]))
+        assert not pair.text.startswith(f"{own_title}: ")
+
+
+DOC = """# tool
+
+## Ports
+
+| Service | Port | Owner |
+|---|---|---|
+| gateway | 8443 | Payments |
+| billing | 9091 | Ledger |
+| search | 7070 | Discovery |
+
+## Installation
+
+```bash
+pip install tool
+```
+"""
+
+
+def test_a_table_question_names_its_row_subject_and_the_row_is_the_positive() -> None:
+    pairs = doc_pairs("tool", DOC, seed=3)
+    rows = {p.group: p for p in pairs if p.label == 1 and "Service:" in p.text}
+    assert rows
+    for group, positive in rows.items():
+        subject = positive.text.split("Service: ")[1].split(";")[0]
+        assert subject in positive.question
+        negatives = [p for p in pairs if p.group == group and p.label == 0]
+        assert negatives and all(subject not in p.text for p in negatives)
+
+
+def test_the_install_command_answers_how_to_install() -> None:
+    pairs = doc_pairs("tool", DOC, seed=1)
+    install = [p for p in pairs if p.group.endswith("/install")]
+    assert [p.text for p in install if p.label == 1] == ["tool > Installation: `pip install tool`"]
+    assert "tool" in install[0].question
+
+
+def test_cross_document_groups_are_all_negative_and_from_another_document() -> None:
+    a = doc_pairs("tool", DOC, seed=1)
+    b = doc_pairs("other", DOC.replace("tool", "other"), seed=1)
+    for pair in cross_doc_pairs([a, b], seed=0):
+        assert pair.label == 0
+        assert pair.text.startswith("other") != pair.group.startswith("docs/other")
+
+
+def test_the_abstention_threshold_keeps_false_abstention_within_its_share() -> None:
+    answerable = [i / 100 for i in range(100)]
+    threshold = abstention_threshold(answerable, [0.1, 0.2], max_false=0.15)
+    assert sum(s < threshold for s in answerable) <= 15

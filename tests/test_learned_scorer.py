@@ -1,0 +1,60 @@
+"""The shipped answer scorer: loads offline from the repository, scores deterministically, and reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crag_lab.learned import AnswerScorer
+from crag_lab.learned.scorer import SCORER_DIR
+
+PAIRS = [
+    ("Which port does the ingress accept TLS traffic on?", "Ingress > Ports: Public listener: 9443 (TLS)"),
+    ("Which port does the ingress accept TLS traffic on?",
+     "Ingress > History: The ingress was written in 2019 by the platform team."),
+    ("Who leads the billing team?", "Teams: Team: Billing; Lead: Mara Okafor; Slack: #billing"),
+    ("Who leads the billing team?", "Teams: Team: Search; Lead: Ola Berg; Slack: #search"),
+    ("What is the retention period of the audit log?", "Audit log: Retention: 400 days; Storage: cold bucket"),
+    ("What is the retention period of the audit log?", "Audit log: Owner: Security; Storage: cold bucket"),
+]
+
+
+@pytest.fixture(scope="module")
+def scorer() -> AnswerScorer:
+    return AnswerScorer.load()
+
+
+def test_only_the_adapter_head_and_card_ship_and_they_are_small() -> None:
+    files = {p.name: p.stat().st_size for p in SCORER_DIR.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "scorer.json", "DATA_CARD.md"} <= set(files)
+    assert sum(files.values()) < 5 * 1024 * 1024
+
+
+def test_scores_are_probabilities_in_input_order_and_repeatable(scorer: AnswerScorer) -> None:
+    first = scorer.predict(PAIRS)
+    assert first.shape == (len(PAIRS),) and ((first >= 0) & (first <= 1)).all()
+    np.testing.assert_array_equal(first, scorer.predict(PAIRS))
+    np.testing.assert_array_equal(scorer.predict(PAIRS[::-1]), first[::-1])
+
+
+def test_a_pairs_score_does_not_depend_on_its_batch(scorer: AnswerScorer) -> None:
+    together = scorer.predict(PAIRS, batch_size=len(PAIRS))
+    alone = np.array([scorer.predict([pair])[0] for pair in PAIRS])
+    np.testing.assert_allclose(together, alone, atol=1e-4)
+
+
+def test_the_answering_text_scores_above_its_near_miss(scorer: AnswerScorer) -> None:
+    scores = scorer.predict(PAIRS)
+    for answer, near_miss in zip(scores[0::2], scores[1::2], strict=True):
+        assert answer > near_miss
+
+
+def test_a_folder_without_a_trained_scorer_names_itself_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"scorer\.json.*python -m crag_lab\.learned\.train"):
+        AnswerScorer.load(tmp_path)
+
+
+def test_no_text_no_work(scorer: AnswerScorer) -> None:
+    assert scorer.predict([]).shape == (0,)
