@@ -5,7 +5,9 @@ SQuAD v1.1 train and package documentation) is compared with what ships today, o
 
 - **KB splits** (tuning and test; the evidence the default graph hands the synthesizer): the share
   of answerable questions whose top-ranked unit holds the gold answer — the synthesizer's own
-  ranking (`synthesizer.ranked`) against the scorer's — and, per item, AUROC of the grade against
+  ranking (`synthesizer.ranked`) against the scorer's, and the two combined (`answer_score` plus
+  ``w`` times the scorer's probability, for each ``w`` in `WEIGHTS`; pick ``w`` on the tuning split,
+  judge it on the test split) — and, per item, AUROC of the grade against
   the gold files (the offline grader's grade against the item's best unit score).
 - **SQuAD 2.0 dev** (the shared dev split, read only here): top-1 unit of the paired paragraph,
   MiniLM cosine against the scorer, and answerable vs unanswerable AUROC of the best unit's score;
@@ -38,6 +40,8 @@ from crag_lab.offline.grader import CalibratedGrader
 from crag_lab.offline.reading import read
 from crag_lab.offline.units import units_of
 
+WEIGHTS = (0.25, 0.5, 1.0)
+"""Weights of the scorer's probability added to the synthesizer's own `answer_score` (combined rankings)."""
 SPLITS = {"tuning": ROOT / "data" / "kb_queries.jsonl", "test": ROOT / "data" / "kb_queries_test.jsonl"}
 OUT = ROOT / "docs" / "dev" / "scorer.md"
 
@@ -60,13 +64,14 @@ def _gold_item(item: Mapping[str, Any], gold: Sequence[str]) -> int:
 
 def kb_split(lab: Any, scorer: AnswerScorer, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     cache = lab.model.vectors
-    top1 = {"shipped": 0, "scorer": 0}
+    top1 = {"shipped": 0, "scorer": 0, **{f"combined {w}": 0 for w in WEIGHTS}}
     answerable = 0
     best: list[tuple[int, float]] = []
     items: list[tuple[int, float, float]] = []
     grader = CalibratedGrader(cache)
     for row, ev in capture(lab, [r for r in rows if r.get("complexity") != "chitchat"]):
-        ordered = [u for _, u in synthesizer.ranked(read(row["question"], ev, cache))]
+        ranked = synthesizer.ranked(read(row["question"], ev, cache))
+        ordered = [u for _, u in ranked]
         keyed = [(unit_text(str(next((e.get("title") or "" for e in ev if int(e.get("n", 0)) == u.unit.n), "")), u.unit), u)
                  for u in ordered]
         scores = scorer.predict([(row["question"], k) for k, _ in keyed]) if keyed else np.zeros(0)
@@ -83,6 +88,9 @@ def kb_split(lab: Any, scorer: AnswerScorer, rows: Sequence[Mapping[str, Any]]) 
         top1["shipped"] += answer_rank(texts[:1], row["answers"]) == 1
         by_scorer = [texts[i] for i in np.argsort(-scores, kind="stable")]
         top1["scorer"] += answer_rank(by_scorer[:1], row["answers"]) == 1
+        for w in WEIGHTS:
+            combined = np.array([own for own, _ in ranked]) + w * scores
+            top1[f"combined {w}"] += answer_rank([texts[int(np.argmax(combined))]], row["answers"]) == 1
     labels = [g for g, _, _ in items]
     return {
         "answerable": answerable,
@@ -160,11 +168,13 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines = ["# The learned answer scorer, measured", "",
              "Written by `bench/study_scorer.py` (see its docstring); nothing here changes what ships.", "",
              "| KB split | answerable | top unit holds the answer: shipped ranking | scorer | "
+             + " | ".join(f"shipped + {w} x scorer" for w in WEIGHTS) + " | "
              "answerable vs not, AUROC of the best unit | gold item AUROC: offline grader | scorer |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|" + "---|" * len(WEIGHTS) + "---|---|---|"]
     for split, r in result["kb"].items():
+        combined = " | ".join(pct(r["top1"].get(f"combined {w}")) for w in WEIGHTS)
         lines.append(f"| {split} | {r['answerable']} | {pct(r['top1'].get('shipped'))} | {pct(r['top1'].get('scorer'))} | "
-                     f"{num(r['answerability_auroc'])} | {num(r['item_auroc']['offline grader'])} | "
+                     f"{combined} | {num(r['answerability_auroc'])} | {num(r['item_auroc']['offline grader'])} | "
                      f"{num(r['item_auroc']['scorer (best unit)'])} |")
     s = result.get("squad")
     if s:
