@@ -89,7 +89,8 @@ def _load(folder: str) -> AnswerScorer:
     path = Path(folder)
     card_file = path / "scorer.json"
     if not card_file.is_file():
-        raise FileNotFoundError(f"{card_file}: no trained scorer here; train one with python -m crag_lab.learned.train")
+        raise FileNotFoundError(f"{card_file}: no trained scorer here; train one with "
+                                "python -m crag_lab.learned.train --train-dir DIR")
     raw = json.loads(card_file.read_text(encoding="utf-8"))
     card = ScorerCard(int(raw["max_length"]), float(raw["abstain_below"]), dict(raw.get("trained", {})))
     import torch

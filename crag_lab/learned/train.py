@@ -233,7 +233,8 @@ def train(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.train", description=__doc__)
-    parser.add_argument("--train-dir", default="../shared/train", help="folder with the SQuAD train files")
+    parser.add_argument("--train-dir", required=True,
+                        help="folder with squad11_train.jsonl.gz and squad2_train_excerpt.jsonl.gz (see the data card)")
     parser.add_argument("--out", default=str(SCORER_DIR))
     parser.add_argument("--work", default=".cache/scorer-train", help="checkpoints; rerun to resume")
     parser.add_argument("--questions", type=int, default=6000, help="SQuAD v1.1 train questions drawn")
