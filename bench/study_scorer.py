@@ -107,16 +107,24 @@ def _read_jsonl(path: Any) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def squad(scorer: AnswerScorer, lab: Any) -> dict[str, Any] | None:
-    folder = SHARED_DATASETS / "squad2_dev250"
+def shared_set(name: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]] | None:
+    """The passages (by id) and queries of a shared dev set; None, saying so, when it is not there."""
+    folder = SHARED_DATASETS / name
     if not folder.is_dir():
-        log(f"skipping SQuAD 2.0: {folder} not found")
+        log(f"skipping {name}: {folder} not found")
         return None
-    corpus = {d["id"]: d for d in _read_jsonl(folder / "corpus.jsonl")}
+    return {d["id"]: d for d in _read_jsonl(folder / "corpus.jsonl")}, _read_jsonl(folder / "queries.jsonl")
+
+
+def squad(scorer: AnswerScorer, lab: Any) -> dict[str, Any] | None:
+    found = shared_set("squad2_dev250")
+    if found is None:
+        return None
+    corpus, queries = found
     cache = lab.model.vectors
     best, top1 = [], {"cosine": 0, "scorer": 0}
     answerable = 0
-    for q in _read_jsonl(folder / "queries.jsonl"):
+    for q in queries:
         doc = corpus[q["paired_doc_id"]]
         units = units_of(1, doc["text"], doc.get("title") or None)
         texts = [u.text for u in units]
@@ -137,14 +145,13 @@ def squad(scorer: AnswerScorer, lab: Any) -> dict[str, Any] | None:
 
 
 def hotpot(scorer: AnswerScorer, lab: Any) -> dict[str, Any] | None:
-    folder = SHARED_DATASETS / "hotpotqa_distractor_dev250"
-    if not folder.is_dir():
-        log(f"skipping HotpotQA: {folder} not found")
+    found = shared_set("hotpotqa_distractor_dev250")
+    if found is None:
         return None
-    corpus = {d["id"]: d for d in _read_jsonl(folder / "corpus.jsonl")}
+    corpus, queries = found
     grader = CalibratedGrader(lab.model.vectors)
     labels, grades, scores = [], [], []
-    for q in _read_jsonl(folder / "queries.jsonl"):
+    for q in queries:
         docs = [corpus[i] for i in q["context_doc_ids"]]
         items = [{"text": d["text"], "title": d.get("title") or ""} for d in docs]
         grades += grader.score_items(q["question"], items)

@@ -12,8 +12,11 @@ PosixPath('results/eval.json')
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from crag_lab.errors import CragLabError
 
@@ -79,28 +82,40 @@ def check_outputs(outputs: Iterable[tuple[str, str | Path | None, bool]]) -> Non
         seen[key] = what
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all: beside it, then renamed into place (folders made).
+@contextmanager
+def replacing(path: str | Path) -> Iterator[TextIO]:
+    """A text file to write ``path``'s new content into; it appears at ``path`` whole or not at all.
 
-    A link is written through (its target is replaced, not the link); a device or pipe such as
-    ``/dev/stdout`` is written to directly.
+    The content goes to a temporary file of a fresh random name beside ``path``, created exclusively
+    (so no file of the user's is ever opened, overwritten or removed in its place), which is renamed
+    over ``path`` when the block ends; if the block fails, only that temporary file is removed and an
+    older file at ``path`` stays as it was. Folders are made; a link is written through (its target is
+    replaced, not the link); a device or pipe such as ``/dev/stdout`` is written to directly.
     """
     target = Path(path)
     if _special(target):
         with target.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-        return target
+            yield fh
+        return
     if target.is_symlink():
         target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to any new file
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(fd, "w", encoding="utf-8") as fh:
+            yield fh
         tmp.replace(target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return target
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (`replacing`)."""
+    with replacing(path) as fh:
+        fh.write(text)
+    return Path(path)
 
 
 def _special(path: Path) -> bool:
@@ -117,4 +132,4 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-__all__ = ["OutputPathError", "OutputWriteError", "check_output", "check_outputs", "write_text"]
+__all__ = ["OutputPathError", "OutputWriteError", "check_output", "check_outputs", "replacing", "write_text"]

@@ -34,6 +34,7 @@ from typing import Any, Literal, TypedDict, cast, get_args
 
 from typing_extensions import NotRequired
 
+from crag_lab._paths import replacing
 from crag_lab._text import check_question, json_line
 from crag_lab.config import CragConfig
 from crag_lab.errors import DuplicateIdError, ExperimentFileError
@@ -328,24 +329,18 @@ FILE_KIND = "crag_lab.experiment"
 def write_records(path: str | Path, config: CragConfig, meta: Mapping[str, Any], records: Iterable[QueryRecord]) -> Path:
     """Write JSONL: a header line (schema, config, meta), then one line per record.
 
-    The file appears whole or not at all: it is written beside ``path`` and renamed into place,
-    and a failed write removes what it wrote (an older file at ``path`` stays as it was). Text
+    The file appears whole or not at all (`crag_lab._paths.replacing`): it is written to a fresh
+    temporary file beside ``path`` and renamed into place, and a failed write removes only that
+    temporary file (an older file at ``path`` stays as it was). Text
     that UTF-8 cannot encode (a lone surrogate) is written as JSON ``\\uXXXX`` escapes, which
     `read_records` turns back into the same string.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     header = {"schema": SCHEMA_VERSION, "kind": FILE_KIND, "config": config.model_dump(), "meta": meta}
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(json_line(header, sort_keys=True, default=str) + "\n")
-            for rec in records:
-                fh.write(json_line(rec, sort_keys=True, default=str) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(path) as fh:
+        fh.write(json_line(header, sort_keys=True, default=str) + "\n")
+        for rec in records:
+            fh.write(json_line(rec, sort_keys=True, default=str) + "\n")
     return path
 
 

@@ -26,6 +26,7 @@ from crag_lab.errors import DuplicateIdError
 from crag_lab.eval import EvalQuery, EvalSet, evaluate
 from crag_lab.journal import JournalTextChangedWarning, RunJournal
 from crag_lab.records import query_rows
+from crag_lab.replay import Experiment
 from crag_lab.testing import ScriptedLLM, StaticTool
 
 SCRIPT = {"analyze": COMPLEX, "plan": PLAN, "grade": "[0.9, 0.8, 0.2, 0.1]", "synthesize": "A [1]."}
@@ -177,6 +178,27 @@ def test_a_result_is_written_whole_or_not_at_all_and_through_a_link(tmp_path: Pa
         write_text(link, "second")
     assert (tmp_path / "real" / "eval.json").read_text(encoding="utf-8") == "first"
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["eval.json"]  # no temporary file left
+
+
+def test_a_users_file_named_like_a_temporary_file_survives_every_write(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The names the writers used before: ".eval.json.tmp" (results) and "run.jsonl.tmp" (experiments).
+    drafts = {tmp_path / ".eval.json.tmp": "my draft", tmp_path / "run.jsonl.tmp": "my notes"}
+    for path, text in drafts.items():
+        path.write_text(text, encoding="utf-8")
+    write_text(tmp_path / "eval.json", "first")
+    Experiment(CragConfig(), []).save(tmp_path / "run.jsonl")
+
+    def disk_full(self: Path, target: Any) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "replace", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        write_text(tmp_path / "eval.json", "second")
+    with pytest.raises(OSError, match="No space left"):
+        Experiment(CragConfig(), []).save(tmp_path / "run.jsonl")
+    assert {path: path.read_text(encoding="utf-8") for path in drafts} == drafts
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".eval.json.tmp", "eval.json", "run.jsonl", "run.jsonl.tmp"]
 
 
 def test_a_journal_whose_folder_is_a_file_is_refused_naming_it(tmp_path: Path) -> None:
