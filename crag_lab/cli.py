@@ -5,6 +5,7 @@
     crag-lab ask "How do I rotate the gateway certificates?" --kb data/kb
     crag-lab demo --kb data/kb --queries data/kb_queries.jsonl
     crag-lab tune runs/knowledge_base.jsonl --budget 4
+    crag-lab export-traces runs/knowledge_base.jsonl --otlp http://127.0.0.1:6006/v1/traces
 """
 
 from __future__ import annotations
@@ -192,11 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_eval_parser(sub)
+    from crag_lab._trace_cli import add_export_parser
     from crag_lab.replay.cli import add_tune_parser
     from crag_lab.servers import add_serve_parser
 
     add_tune_parser(sub)
     add_serve_parser(sub)
+    add_export_parser(sub)
     return parser
 
 

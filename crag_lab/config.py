@@ -206,3 +206,50 @@ class VectorStoreConfig(EnvFileSettings):
             if problem is not None:
                 raise ValueError(f"{problem}; give the server's URL, e.g. http://127.0.0.1:6333")
         return value
+
+
+class TraceSettings(EnvFileSettings):
+    """Where `crag_lab.Lab` sends live traces: arguments > environment (``CRAG_``) > `.env` > defaults.
+
+    ``otel_endpoint`` (``CRAG_OTEL_ENDPOINT``) is an OTLP/HTTP endpoint such as Phoenix's
+    ``http://127.0.0.1:6006/v1/traces``; unset (the default), nothing is traced and nothing of
+    OpenTelemetry is imported. Kept apart from `CragConfig`: tracing changes no decision.
+
+    >>> TraceSettings(otel_endpoint="http://127.0.0.1:6006/v1/traces").otel_project
+    'crag_lab'
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CRAG_", env_file=".env", env_file_encoding="utf-8",
+                                      extra="ignore", frozen=True)
+
+    otel_endpoint: str | None = Field(None, description="Send each run's traces to this OTLP/HTTP endpoint.")
+    otel_project: str = Field("crag_lab", min_length=1, max_length=200,
+                              description="The project the traces are filed under (Phoenix's projects).")
+
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = url_problem(value)
+            if problem is not None:
+                raise ValueError(f"{problem}; give an OTLP/HTTP endpoint, e.g. http://127.0.0.1:6006/v1/traces")
+        return value
+
+
+class OfflineSettings(EnvFileSettings):
+    """How the offline model decides: arguments > environment (``CRAG_OFFLINE_``) > `.env` > defaults.
+
+    ``router`` (``CRAG_OFFLINE_ROUTER``) picks the offline router: ``rules`` (phrase rules and
+    prototypes, the default) or ``learned`` (a classifier trained on public chit-chat and question
+    sets, `crag_lab.learned.LearnedRouter`). Kept apart from `CragConfig`: it is part of which model
+    answers (its cache identity), not a threshold of the loop.
+
+    >>> OfflineSettings(router="learned").router
+    'learned'
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CRAG_OFFLINE_", env_file=".env", env_file_encoding="utf-8",
+                                      extra="ignore", frozen=True)
+
+    router: Literal["rules", "learned"] = Field(
+        "rules", description="'rules' (phrase rules and prototypes) or 'learned' (a trained classifier).")

@@ -29,21 +29,32 @@ from matplotlib.figure import Figure
 from pydantic import ValidationError
 
 from crag_lab import plots
+from crag_lab._dashboard_parts import (
+    BOOL_CONTROLS,
+    CONTROLS,
+    FLOAT_CONTROLS,
+    INT_CONTROLS,
+    _calls_change,
+    _controls,
+    _delta,
+    _fmt_thresholds,
+    _n,
+    _query_label,
+    _recorded_values,
+    _rerun_html,
+    _trace_html,
+    _validation_message,
+    surprises,
+)
 from crag_lab.config import CragConfig
 from crag_lab.dashboard_frontier import FrontierPanel, NoQualityError, has_gold_labels
-from crag_lab.parsing import strip_stats_blocks
-from crag_lab.records import QueryRecord
 from crag_lab.result import AskResult
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
-    from crag_lab.replay import Experiment, QueryReplay, ReplayReport
+    from crag_lab.replay import Experiment, ReplayReport
 
-FLOAT_CONTROLS = ("relevance_floor", "generate_threshold", "vector_score_threshold")
-INT_CONTROLS = {"auto_approve_max_items": (0, 10), "max_iterations": (1, 6)}
-BOOL_CONTROLS = ("prefilter",)
-CONTROLS = (*FLOAT_CONTROLS, *INT_CONTROLS, *BOOL_CONTROLS)
 _COUNTS_RE = re.compile(r'class="crag-route-counts"[^>]*data-counts="([^"]*)"')
 
 
@@ -64,8 +75,8 @@ class Dashboard:
     when the recording carries gold labels), measured by ``metric``.
     """
 
-    def __init__(self, lab: Rerunner | None, exp: Experiment, *, figsize: tuple[float, float] = (12.0, 6.5),
-                 dpi: int = 80, frontier: bool | None = None, metric: str = "gold_f1") -> None:
+    def __init__(self, lab: Rerunner | None, exp: Experiment, *, figsize: tuple[float, float] = (5.9, 10.0),
+                 dpi: int = 100, frontier: bool | None = None, metric: str = "gold_f1") -> None:
         self.lab = lab
         self.exp = exp
         self.recorded: ReplayReport = exp.replay(exp.config)
@@ -90,10 +101,14 @@ class Dashboard:
         self.figure = Figure(figsize=figsize, dpi=dpi)
         FigureCanvasAgg(self.figure)
         # Fixed margins rather than a layout engine: the layout is computed once, every render is cheap.
-        grid = self.figure.add_gridspec(2, 6, left=0.05, right=0.99, bottom=0.1, top=0.95, wspace=1.1, hspace=0.42)
-        axes = [self.figure.add_subplot(grid[0, 0:3]), self.figure.add_subplot(grid[0, 3:6]),
-                self.figure.add_subplot(grid[1, 0:2]), self.figure.add_subplot(grid[1, 2:4]),
-                self.figure.add_subplot(grid[1, 4:6])]
+        # Sized for a notebook's output area on a projector (about 590 px at 1024 px with the file browser
+        # open): drawn at that width, the text is not scaled down.
+        # The grader scores (what the floor and generate sliders cut) come first, full width.
+        grid = self.figure.add_gridspec(4, 2, left=0.11, right=0.98, bottom=0.05, top=0.97, wspace=0.4,
+                                        hspace=0.75, height_ratios=(1.25, 1, 1, 1))
+        axes = [self.figure.add_subplot(grid[0, :]), self.figure.add_subplot(grid[2, 0]),
+                self.figure.add_subplot(grid[1, :]), self.figure.add_subplot(grid[2, 1]),
+                self.figure.add_subplot(grid[3, :])]
         cfg = exp.config
         self.score_plot = plots.grader_score_histogram(axes[0], exp, relevance_floor=cfg.relevance_floor,
                                                        generate_threshold=cfg.generate_threshold)
@@ -101,13 +116,13 @@ class Dashboard:
         self.route_plot = plots.route_flow(axes[2], self.report, self.recorded)
         self.fast_path_plot = plots.fast_path_bars(axes[3], exp.fast_path_counts(), self.report)
         self.calls_plot = plots.calls_per_query(axes[4], exp.calls_per_query(), self.report)
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="1000px", width="calc(100% - 8px)",
-                                                                      height="auto"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width=f"{round(figsize[0] * dpi)}px",
+                                                                      width="calc(100% - 8px)", height="auto"))
 
         # The queries whose decision flips, one query's recorded trace, its path, and "Re-run".
         self.show_all = widgets.Checkbox(value=False, description="list every query", indent=False)
         self.show_all.observe(lambda _: self._refresh_queries(), names="value")
-        self.queries = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="calc(100% - 8px)"))
+        self.queries = widgets.Select(options=[], rows=8, layout=widgets.Layout(width="calc(100% - 8px)"))
         self.queries.add_class("crag-flipped")
         self.queries.observe(lambda _: self._show_selected(), names="value")
         self.trace = widgets.HTML()
@@ -145,25 +160,30 @@ class Dashboard:
     def widget(self) -> widgets.Widget:
         """The whole dashboard as one ipywidgets box."""
         if self._widget is None:
-            floats = widgets.VBox([self.controls[n] for n in FLOAT_CONTROLS])
+            column = widgets.Layout(flex="1 1 440px", min_width="0")
+            floats = widgets.VBox([self.controls[n] for n in FLOAT_CONTROLS], layout=column)
             ints = widgets.VBox([*(self.controls[n] for n in INT_CONTROLS),
-                                 widgets.HBox([self.controls["prefilter"], self.reset_button])])
+                                 widgets.HBox([self.controls["prefilter"], self.reset_button],
+                                              layout=widgets.Layout(flex_flow="row wrap"))], layout=column)
             head = widgets.HTML(
-                "<b>Threshold explorer</b> — moving a slider re-decides every recorded grading round "
-                f"of {len(self.exp)} queries (no model calls). Recorded at "
-                f"<code>{html.escape(_fmt_thresholds(self.exp.config))}</code>.")
-            # Rows wrap instead of overflowing: a laptop (1280 px) and a projector (1024 px) both fit.
+                f"<b>Threshold explorer</b>: a slider re-decides the recorded grading rounds of {len(self.exp)} "
+                "queries (no model calls).")
+            # On a projector (1024 x 768) the sliders and the plots they move are on screen together: the
+            # sliders (one column in a narrow output, two in a wide one), the plots right under them, then
+            # the totals (a fold that closes).
             wrap = widgets.Layout(flex_flow="row wrap")
-            picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions flip</b>"), self.show_all, self.queries],
-                                  layout=widgets.Layout(flex="1 1 300px", min_width="0"))
+            picker = widgets.VBox([widgets.HTML("<b>Queries whose decisions change</b>"), self.show_all, self.queries],
+                                  layout=widgets.Layout(width="100%", min_width="0"))
             detail = widgets.VBox([self.trace, self.rerun_button, self.rerun_result],
                                   layout=widgets.Layout(flex="1 1 320px", min_width="0", overflow="auto"))
             graph = widgets.VBox([widgets.HTML("<b>Path through the graph</b>"), self.graph],
                                  layout=widgets.Layout(flex="0 1 300px", min_width="0"))
-            parts = [head, widgets.HBox([floats, ints], layout=wrap), self.errors, self.summary, self.image]
+            totals = widgets.Accordion(children=[self.summary], titles=["Totals against the recording"],
+                                       selected_index=0)
+            parts = [head, widgets.HBox([floats, ints], layout=wrap), self.errors, self.image, totals]
             if self.frontier is not None:
                 parts.append(self.frontier.widget)
-            self._widget = widgets.VBox([*parts, widgets.HBox([picker, detail, graph], layout=wrap)])
+            self._widget = widgets.VBox([*parts, picker, widgets.HBox([detail, graph], layout=wrap)])
             self._widget.add_class("crag-dashboard")
         return self._widget
 
@@ -293,23 +313,28 @@ class Dashboard:
         lower = any(q.calls_delta_is_lower_bound for q in report.queries)
         cells = "".join(
             f"<td style='padding:2px 8px'>{html.escape(r)}<br><b>{counts[r]}</b>"
-            f"{_delta(counts[r] - counts0[r])}</td>" for r in counts)
+            f"{_delta(counts[r] - counts0[r], worse_when_up=True if r == 'RE_RETRIEVE' else None)}</td>"
+            for r in counts)
+        visited = sum(len(q.actions) for q in report.queries)
+        visited0 = sum(len(q.actions) for q in recorded.queries)
         outcome = ", ".join(f"{k} {v}" for k, v in report.outcome_counts().items())
         data = html.escape(json.dumps(counts, sort_keys=False), quote=True)
         config = html.escape(json.dumps(self.values()), quote=True)
         visible = " · ".join(f"{k} {v}" for k, v in counts.items())
         rows = [
-            ("decisions flipped", f"{_n(t['decisions_flipped'], 'round')} in {_n(t['queries_changed'], 'query')}"),
-            ("fast path", f"+{t['fast_path_gained']} gained / −{t['fast_path_lost']} lost"),
-            ("items kept / dropped", f"{t['items_kept']} / {t['items_dropped']} "
-                                     f"(recorded {t0['items_kept']} / {t0['items_dropped']})"),
-            ("model calls", f"{'≥ ' if lower else ''}{t['calls_delta']:+d} ({t['tokens_delta']:+d} tokens)"),
+            ("queries changed", f"{t['queries_changed']} (their actions or outcome differ from the recording)"),
+            ("rounds whose action changed", f"{t['decisions_flipped']} of the {visited} grading rounds replayed"),
+            ("pre-filter", f"skips {t['fast_path_gained']} more rounds, {t['fast_path_lost']} fewer"),
+            ("passages kept / dropped", f"{t['items_kept']} / {t['items_dropped']} in the {_n(visited, 'round')} "
+                                        f"replayed (recorded: {t0['items_kept']} / {t0['items_dropped']} in "
+                                        f"{visited0})"),
+            ("model calls", _calls_change(t["calls_delta"], lower, t["needs_rerun"])),
             ("final outcomes", html.escape(outcome)),
         ]
         table = "".join(f"<tr><td style='padding:1px 8px'>{k}</td><td style='padding:1px 8px'>{v}</td></tr>"
                         for k, v in rows)
         return (
-            f"<div><b>Routes</b> at <code>{html.escape(_fmt_thresholds(self.config))}</code>: "
+            f"<div><b>First grading action</b> at <code>{html.escape(_fmt_thresholds(self.config))}</code>: "
             f"<span class=\"crag-route-counts\" data-counts=\"{data}\" data-config=\"{config}\">"
             f"{html.escape(visible)}</span>"
             f"<table style='border-collapse:collapse;margin:4px 0'><tr>{cells}</tr></table>"
@@ -368,126 +393,6 @@ class _DrawingOnly:
 
     def complete(self, task: str, prompt: str, inputs: Mapping[str, Any]) -> Any:
         raise RuntimeError("this graph is built only to be drawn; give the Dashboard a Lab to run queries")
-
-
-def _controls(config: CragConfig) -> dict[str, Any]:
-    """One widget per replayable config field, starting at the recorded value; none updates while dragged."""
-    common: dict[str, Any] = {"continuous_update": False, "style": {"description_width": "170px"},
-                              "layout": widgets.Layout(width="440px", max_width="calc(100% - 8px)")}
-    controls: dict[str, Any] = {}
-    for name in FLOAT_CONTROLS:
-        value = float(getattr(config, name))
-        controls[name] = widgets.FloatSlider(value=value, min=min(0.0, value), max=1.0, step=0.01,
-                                             readout_format=".2f", description=name, **common)
-    for name, (lo, hi) in INT_CONTROLS.items():
-        value = int(getattr(config, name))
-        controls[name] = widgets.IntSlider(value=value, min=min(lo, value), max=max(hi, value), step=1,
-                                           description=name, **common)
-    controls["prefilter"] = widgets.Checkbox(value=config.prefilter, description="pre-filter may skip the grader",
-                                             indent=False, layout=widgets.Layout(width="260px"))
-    for name, control in controls.items():
-        control.add_class(f"crag-control-{name}")
-    return controls
-
-
-# ---- HTML helpers (pure) -----------------------------------------------------------------------
-
-
-def _recorded_values(config: CragConfig) -> dict[str, float | int | bool]:
-    return {name: getattr(config, name) for name in CONTROLS}
-
-
-def _fmt_thresholds(config: CragConfig) -> str:
-    t = config.thresholds()
-    return (f"floor {t['relevance_floor']:g}, generate {t['generate_threshold']:g}, "
-            f"vector {t['vector_score_threshold']:g}, auto-approve ≤{t['auto_approve_max_items']}, "
-            f"max_iterations {t['max_iterations']}" + ("" if config.prefilter else ", pre-filter off"))
-
-
-def surprises(totals: Mapping[str, int], counts: Mapping[str, int], recorded: Mapping[str, int], config: CragConfig,
-              base: CragConfig) -> list[str]:
-    """One sentence for each replayed number that looks wrong but is not.
-
-    >>> surprises({"calls_delta": 3, "tokens_delta": -900}, {}, {}, CragConfig(), CragConfig())[0][:40]
-    'Calls up while tokens go down: a query t'
-    """
-    notes = []
-    if totals.get("calls_delta", 0) > 0 and totals.get("tokens_delta", 0) < 0:
-        notes.append("Calls up while tokens go down: a query that leaves the recording counts the calls it must "
-                     "still make, but their tokens are unknown and left out, while queries that stop earlier drop "
-                     "whole grading prompts. Both are lower bounds.")
-    if config.generate_threshold > base.generate_threshold and counts.get("GENERATE", 0) > recorded.get("GENERATE", 0):
-        notes.append("GENERATE rises although generate_threshold went up: the threshold is compared with the mean of "
-                     "the kept passages only, and the floor decides which are kept; a higher floor keeps fewer, "
-                     "better-graded passages, whose mean can clear the higher threshold.")
-    return notes
-
-
-def _n(count: int, noun: str) -> str:
-    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
-    return f"{count} {noun if count == 1 else plural}"
-
-
-def _delta(d: int) -> str:
-    if not d:
-        return ""
-    color = "#16a34a" if d > 0 else "#dc2626"
-    return f" <span style='color:{color}'>({d:+d})</span>"
-
-
-def _validation_message(exc: ValidationError) -> str:
-    lines = ["These thresholds are not a valid CragConfig; move a slider back:"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "config"
-        lines.append(f"  {loc}: {err['msg']}")
-    return "\n".join(lines) + "\n"
-
-
-def _query_label(q: QueryReplay) -> str:
-    before = " → ".join(q.recorded_actions) or q.recorded_outcome
-    after = " → ".join(q.actions) or q.outcome
-    tag = f" [{q.outcome}]" if q.outcome != q.recorded_outcome else ""  # first: a narrow list cuts the end off
-    return f"{q.id}{tag}: {before}  ⇒  {after}"
-
-
-def _trace_html(record: QueryRecord, replayed: QueryReplay) -> str:
-    """The recorded path, every grading round with its scores, the answer, and what replay says."""
-    esc = html.escape
-    rows = []
-    for k, rnd in enumerate(record.get("rounds", [])):
-        kept = set(rnd.get("kept", []))
-        scores = " ".join(
-            f"<span style='color:{'#15803d' if i['id'] in kept else '#b91c1c'}'>{i['grader_score']:.2f}</span>"
-            for i in rnd["items"])
-        now = replayed.actions[k] if k < len(replayed.actions) else "—"
-        agg = "—" if rnd.get("aggregate") is None else f"{rnd['aggregate']:.2f}"
-        rows.append(f"<tr><td>{rnd['iteration']}</td><td>{esc(str(rnd.get('rule') or ''))}</td><td>{scores}</td>"
-                    f"<td>{agg}</td><td>{rnd['action']}</td><td><b>{now}</b></td></tr>")
-    rounds = (
-        "<table style='border-collapse:collapse;font-size:90%'><tr><th>round</th><th>fast path</th>"
-        "<th>grader scores (kept / dropped)</th><th>mean</th><th>recorded</th><th>now</th></tr>"
-        + "".join(rows) + "</table>" if rows else "<i>no grading rounds (route skips the grader)</i>")
-    note = f"<p><i>{esc(replayed.note)}</i></p>" if replayed.note else ""
-    answer = esc(strip_stats_blocks(str(record.get("answer", ""))))
-    if len(answer) > 600:
-        answer = answer[:600] + "…"
-    return (
-        f"<div><b>{esc(str(record['id']))}</b>: {esc(record['query'])}<br>"
-        f"<small>recorded path: {esc(' → '.join(record.get('path', [])))}</small><br>"
-        f"outcome: {esc(replayed.recorded_outcome)} ⇒ <b>{esc(replayed.outcome)}</b>{note}"
-        f"{rounds}<details><summary>recorded answer</summary><pre style='white-space:pre-wrap'>{answer}</pre>"
-        "</details></div>"
-    )
-
-
-def _rerun_html(result: AskResult, config: CragConfig) -> str:
-    esc = html.escape
-    return (
-        f"<div style='border-left:3px solid #2563eb;padding-left:6px'><b>Re-run</b> at "
-        f"<code>{esc(_fmt_thresholds(config))}</code>: route <b>{esc(result.route)}</b>, "
-        f"{result.llm_calls} model calls, {result.tokens} tokens<br><small>path: {esc(' → '.join(result.path))}</small>"
-        f"<pre style='white-space:pre-wrap'>{esc(strip_stats_blocks(result.answer))}</pre></div>"
-    )
 
 
 __all__ = ["CONTROLS", "Dashboard", "Rerunner", "surprises"]

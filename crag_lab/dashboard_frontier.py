@@ -24,12 +24,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from crag_lab.config import CragConfig
-from crag_lab.plots_frontier import METRIC_LABELS, frontier_plot
+from crag_lab.plots_frontier import METRIC_LABELS, frontier_plot, guaranteed_region
 from crag_lab.records import QueryRecord
 from crag_lab.replay.frontier import METRICS, Frontier, frontier, pareto_indices
 
 if TYPE_CHECKING:
     from crag_lab.replay import Experiment
+    from crag_lab.replay.guarantee import GuaranteeResult
 
 AXES = ("relevance_floor", "generate_threshold", "vector_score_threshold", "auto_approve_max_items", "max_iterations")
 """The grid axes the panel may sweep: the dashboard's own controls (so every point can be set on the sliders)."""
@@ -77,6 +78,8 @@ class FrontierPanel:
         self.metric = metric
         self.config = exp.config
         self.on_apply: Callable[[dict[str, Any]], Any] | None = None
+        self.guarantee: GuaranteeResult | None = None
+        """The risk-controlled tune whose guaranteed settings the plot rings (`show_guarantee`), or None."""
         self._dpi = dpi
         self.recorded_point = self.point(exp.config)
         self.current_point = self.recorded_point
@@ -95,6 +98,16 @@ class FrontierPanel:
         self.caption.add_class("crag-frontier-point")
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="520px", width="calc(100% - 8px)"))
         self.image.add_class("crag-frontier-plot")
+        self.guarantee_text = widgets.Text(placeholder="gold_dropped<=0.10", description="guarantee",
+                                           layout=widgets.Layout(width="260px"))
+        self.delta_text = widgets.BoundedFloatText(value=0.1, min=0.001, max=0.999, step=0.01, description="δ",
+                                                   layout=widgets.Layout(width="150px"))
+        self.guarantee_button = widgets.Button(description="Ring the guaranteed settings",
+                                               layout=widgets.Layout(width="240px"))
+        self.guarantee_button.add_class("crag-frontier-guarantee")
+        self.guarantee_note = widgets.HTML()
+        self.guarantee_note.add_class("crag-frontier-guarantee-note")
+        self.guarantee_button.on_click(lambda _: self._guarantee_clicked())
         self.figure = Figure(figsize=(6.4, 4.3), dpi=dpi)
         FigureCanvasAgg(self.figure)
         self.ax = self.figure.add_axes((0.11, 0.24, 0.86, 0.73))
@@ -138,10 +151,24 @@ class FrontierPanel:
         self.ax.clear()
         rec = (self.recorded_point["calls_per_question"], self.recorded_point[metric])
         self.plot = frontier_plot(self.ax, calls, quality, pareto=self._pareto, metric=metric, recorded=rec)
+        if self.guarantee is not None:
+            g = self.guarantee
+            guaranteed_region(self.ax, calls, quality, g.valid.tolist(), label=f"{g.guarantee}, δ={g.delta:g}")
+            self.ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
         self.points.options = [(_point_label(k, p, metric), k) for k, p in enumerate(self.pareto)]
         self.points.value = None
         self.apply_button.disabled = True
         self._render()
+
+    def show_guarantee(self, guarantee: str, delta: float = 0.1, **kwargs: Any) -> GuaranteeResult:
+        """Ring the settings guaranteed to keep ``guarantee`` (``"gold_dropped<=0.10"``) with probability
+        ``1 - delta`` on this frontier (`crag_lab.replay.guarantee.risk_controlled`; ``kwargs`` go there)."""
+        from crag_lab.replay.guarantee import risk_controlled
+
+        self.guarantee = risk_controlled(self.exp, guarantee, delta=delta, metric=self.metric, front=self.front,
+                                         **kwargs)
+        self.set_metric(self.metric)
+        return self.guarantee
 
     def apply(self, position: int | None = None) -> dict[str, Any] | None:
         """Move the sliders (``on_apply``) to Pareto point ``position`` (0-based; default: the selected one)."""
@@ -159,7 +186,10 @@ class FrontierPanel:
             note = widgets.HTML(
                 "<b>Cost–quality frontier</b> of this recording: every threshold setting of the grid, replayed "
                 f"({len(self.front)} settings, no model calls). Pick a numbered point and move the sliders there.")
-            side = widgets.VBox([self.metric_picker, self.caption, self.points, self.apply_button],
+            side = widgets.VBox([self.metric_picker, self.caption, self.points, self.apply_button,
+                                 widgets.HBox([self.guarantee_text, self.delta_text],
+                                              layout=widgets.Layout(flex_flow="row wrap")), self.guarantee_button,
+                                 self.guarantee_note],
                                 layout=widgets.Layout(width="420px", max_width="calc(100% - 8px)"))
             self._widget = widgets.VBox([note, widgets.HBox([self.image, side],
                                                              layout=widgets.Layout(flex_flow="row wrap"))])
@@ -167,6 +197,20 @@ class FrontierPanel:
         return self._widget
 
     # ---- internals -----------------------------------------------------------------------------
+
+    def _guarantee_clicked(self) -> None:
+        """The button: ring the settings the typed guarantee holds for; a bad guarantee is said beside it."""
+        try:
+            g = self.show_guarantee(self.guarantee_text.value or "gold_dropped<=0.10", self.delta_text.value)
+        except ValueError as exc:
+            self.guarantee_note.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"
+            return
+        pick = "none can be guaranteed" if g.setting is None else (
+            f"pick: floor {g.setting['relevance_floor']:.2f}, generate {g.setting['generate_threshold']:.2f}, "
+            f"vector {g.setting['vector_score_threshold']:.2f}")
+        self.guarantee_note.value = html.escape(
+            f"{int(g.valid.sum())} of {len(g.valid)} settings guaranteed (rings; Learn-then-Test, {g.procedure}, "
+            f"n = {min(g.n.values())}); {pick}")
 
     def _ring(self) -> None:
         self.apply_button.disabled = self.points.value is None

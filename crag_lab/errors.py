@@ -40,3 +40,8 @@ class SettingsError(CragLabError, ValueError):
 
 class RayUnavailableError(CragLabError, ConnectionError):
     """No Ray cluster answers at the address a run or a build was given; the message names it."""
+
+
+class GraderError(CragLabError, ValueError):
+    """A grader that failed or gave a grade that is not a number in [0, 1] while regrading a recording
+    (`crag_lab.replay.regrade`); the message names the grader, the query id and the item."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from crag_lab.journal import AnswerMany
     from crag_lab.kb import KnowledgeBase
     from crag_lab.ray_executor import Executor
+    from crag_lab.traces import LiveTraces
 
 __all__ = ["AskResult", "Lab", "LabRecipe"]
 
@@ -55,6 +57,7 @@ class Lab:
         embed_model: BaseEmbedding | None = None,
         audit_path: str | Path | None = None,
         cache: ResponseCache | str | Path | None = None,
+        tracer_provider: Any | None = None,
     ) -> None:
         from crag_lab.offline import OfflineModel
 
@@ -65,6 +68,9 @@ class Lab:
         self.model: CragModel = with_cache(as_model(llm, offline_factory=lambda: OfflineModel(embed_model, kb=kb)),
                                            cache)
         self.audit_sink = JsonlSink(audit_path) if audit_path else None
+        # ``tracer_provider`` (an OpenTelemetry one), or ``CRAG_OTEL_ENDPOINT``: each question's spans as it is
+        # answered (`crag_lab.traces.LiveTraces`). Neither: nothing of OpenTelemetry is imported.
+        self.traces: LiveTraces | None = _live_traces(tracer_provider, self.model.name)
         self._graphs: dict[tuple[Mode, CragConfig, bool], CompiledStateGraph] = {}
         self.recipe: LabRecipe | None = None
         """How to build this lab again in another process (set by `from_directory`; None otherwise)."""
@@ -81,6 +87,7 @@ class Lab:
         audit_path: str | Path | None = None,
         cache: ResponseCache | str | Path | None = None,
         vector_store: VectorStoreConfig | None = None,
+        tracer_provider: Any | None = None,
     ) -> Lab:
         """Index ``path`` (only files that changed since the last build are embedded) and wrap it.
 
@@ -110,6 +117,9 @@ class Lab:
         vector_store
             Where the chunk vectors live: FAISS in the index folder (the default) or a Qdrant
             collection (`crag_lab.config.VectorStoreConfig`; default read from the environment).
+        tracer_provider
+            An OpenTelemetry ``TracerProvider`` that receives each question's spans as it is answered
+            (`crag_lab.traces`); default none, or an OTLP exporter to ``CRAG_OTEL_ENDPOINT`` when set.
         """
         from crag_lab.embeddings import default_embed_model
         from crag_lab.kb import KnowledgeBase
@@ -133,7 +143,8 @@ class Lab:
         tools: list[Tool] = list(kb_tools(kb, top_k=config.top_k))
         if remote:
             tools += configured_remote_tools(remote_settings)
-        lab = cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache)
+        lab = cls(tools, config=config, llm=llm, kb=kb, embed_model=embed_model, audit_path=audit_path, cache=cache,
+                  tracer_provider=tracer_provider)
         lab.recipe = LabRecipe(str(kb.root), config, llm, str(kb.cache_dir), remote,
                                None if cache is None or isinstance(cache, ResponseCache) else str(cache),
                                kb.vector_store)
@@ -181,6 +192,15 @@ class Lab:
             Also grade the rounds the pre-filter skipped and record those grades for replay
             (``state["rounds"][k]["shadow"]``); they decide nothing and are not counted as calls.
         """
+        result, started_ns = self._answer(query, history, mode, config=config, shadow_grading=shadow_grading)
+        if self.traces is not None:
+            self.traces.emit(result.to_record(), started_ns, config or self.config)
+        return result
+
+    def _answer(self, query: str, history: list[dict[str, str]] | None, mode: Mode, *, config: CragConfig | None,
+                shadow_grading: bool) -> tuple[AskResult, int]:
+        """`ask`'s answer, and when it started (ns since the epoch, for its trace)."""
+        started_ns = time.time_ns()
         query = check_question(query)
         history = check_history(history)
         mode = self._check_mode(mode)
@@ -202,7 +222,8 @@ class Lab:
                 last = now
             elif isinstance(chunk, dict):  # "values": the whole state after each step
                 state = cast(AgentState, dict(chunk))
-        return AskResult(query, mode, state["answer"], state, (time.perf_counter() - start) * 1000, tuple(node_ms))
+        return AskResult(query, mode, state["answer"], state, (time.perf_counter() - start) * 1000,
+                         tuple(node_ms)), started_ns
 
     def run(
         self,
@@ -254,6 +275,7 @@ class Lab:
 
         config = config or self.config
         rows = query_rows(queries)
+        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         ident = model_identity(self.model)
         endpoint = str(ident.pop("api_base", None) or self.model.name)  # a restarted server may move ports
         book = RunJournal(journal, config=config, mode=mode, model=ident) if journal is not None else None
@@ -280,14 +302,19 @@ class Lab:
         finally:
             if bar is not None:
                 bar.close()
+            if self.traces is not None:
+                self.traces.flush()
         return Experiment(config, records, {"model": self.model.name, "mode": mode, "shadow_grading": shadow_grading,
-                                            "tools": list(self.tools)})
+                                            "tools": list(self.tools), "started_at": started_at})
 
     def record(self, row: QueryRow, *, config: CragConfig | None = None, mode: Mode = "knowledge_base",
                shadow_grading: bool = True) -> QueryRecord:
         """Answer one row of a query set (`crag_lab.records.query_rows`) as the record `run` keeps."""
-        result = self.ask(row["question"], mode=mode, config=config, shadow_grading=shadow_grading)
-        return result.to_record(row["id"], labels=row["labels"])
+        result, started_ns = self._answer(row["question"], None, mode, config=config, shadow_grading=shadow_grading)
+        record = result.to_record(row["id"], labels=row["labels"])
+        if self.traces is not None:
+            self.traces.emit(record, started_ns, config or self.config)
+        return record
 
     def rerun(self, query: str, config: CragConfig | Mapping[str, Any]) -> AskResult:
         """Run the real graph for one query at another config (what replay cannot know)."""
@@ -370,6 +397,22 @@ class LabRecipe:
     def __call__(self) -> Lab:
         return Lab.from_directory(self.kb, config=self.config, llm=self.llm, cache_dir=self.cache_dir,
                                   remote=self.remote, cache=self.cache, vector_store=self.vector_store)
+
+
+def _live_traces(provider: Any | None, model: str) -> LiveTraces | None:
+    """Live traces to ``provider``, else to ``CRAG_OTEL_ENDPOINT`` when it is set, else None (nothing imported)."""
+    if provider is None:
+        from crag_lab.config import TraceSettings
+
+        settings = TraceSettings()
+        if settings.otel_endpoint is None:
+            return None
+        from crag_lab.traces import LiveTraces
+
+        return LiveTraces.to_endpoint(settings.otel_endpoint, model=model, project=settings.otel_project)
+    from crag_lab.traces import LiveTraces
+
+    return LiveTraces(provider, model=model)
 
 
 @contextmanager

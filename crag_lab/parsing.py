@@ -116,7 +116,7 @@ def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
     if isinstance(complexity, str):
         complexity = complexity.strip().lower()
     query_type = obj.get("query_type")
-    return RoutingPlan(
+    plan = RoutingPlan(
         query_type=query_type.strip() if isinstance(query_type, str) else "unknown",
         complexity=complexity if complexity in COMPLEXITIES else None,  # type: ignore[typeddict-item]
         sub_questions=_str_list(obj.get("sub_questions")),
@@ -124,6 +124,11 @@ def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
         grep_keywords=_str_list(obj.get("grep_keywords"))[:8],
         parsed=bool(obj),
     )
+    router = obj.get("router")
+    if isinstance(router, dict) and isinstance(router.get("name"), str):  # a learned router says how sure it was
+        plan["router"] = {"name": router["name"], "probabilities": {
+            str(k): float(v) for k, v in (router.get("probabilities") or {}).items() if isinstance(v, (int, float))}}
+    return plan
 
 
 def parse_plan(text: str, known_tools: Collection[str]) -> list[dict[str, Any]] | None:

@@ -32,11 +32,15 @@ if TYPE_CHECKING:
 
 ROUTES = ("chitchat", "simple", "GENERATE", "REFINE", "RE_RETRIEVE")
 SEGMENTS = ("answered", "capped", "needs_rerun")
-FAST_PATH_KEYS = ("chitchat", "simple", "read_file", "few_context", "high_vector_score")
+FAST_PATH_KEYS = ("read_file", "few_context", "high_vector_score")
+"""The pre-filter's rules: each skips the grader for one grading round."""
+NOT_GRADED = ("chitchat", "simple")
+"""Routes that never reach the grader (whole queries, not rounds: kept off the fast-path axis)."""
 COLORS = {
     "gold": "#d97706", "other": "#94a3b8", "unlabelled": "#64748b", "floor": "#dc2626", "generate": "#16a34a",
     "vector": "#2563eb", "recorded": "#cbd5e1", "replayed": "#2563eb",
-    "answered": "#16a34a", "capped": "#f59e0b", "needs_rerun": "#dc2626",
+    # How a query ends: answered is good (green), capped a warning (amber), needs_rerun unknown (grey).
+    "answered": "#16a34a", "capped": "#f59e0b", "needs_rerun": "#64748b",
     "visited": VISITED_FILL, "visited_edge": VISITED_EDGE,
 }
 
@@ -94,7 +98,7 @@ class ScoreHistogram:
 
 def _band_text(scores: Sequence[float], floor: float, generate: float) -> str:
     below, middle, above = _band_counts(scores, floor, generate)
-    return f"{below} dropped (< {floor:g})\n{middle} between\n{above} ≥ {generate:g}"
+    return f"{below} below the floor (< {floor:g})\n{middle} between\n{above} ≥ {generate:g}"
 
 
 def grader_score_histogram(
@@ -140,8 +144,8 @@ def grader_score_histogram(
     ax.set_xlim(0, 1)
     ax.set_xlabel("grader score")
     ax.set_ylabel("items")
-    ax.set_title("Grader scores (first grading of each item)")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title("Grader scores (each passage's first grade)")
+    ax.legend(fontsize=8, loc="upper right")
     ax.margins(y=0.6)
     return ScoreHistogram(ax, bars, floor_line, generate_line, text, scores)
 
@@ -199,8 +203,8 @@ def vector_score_histogram(
     ax.set_xlim(lo, 1)
     ax.set_xlabel("vector_search cosine")
     ax.set_ylabel("items")
-    ax.set_title("Retrieval scores")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title("Retrieval cosines")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
     ax.margins(y=0.3)
     return VectorHistogram(ax, bars, line, text, scores)
 
@@ -264,9 +268,9 @@ def route_flow(ax: Axes, report: ReplayReport, recorded: ReplayReport | None = N
     bars = RouteBars(ax, segments, recorded_bars, labels)
     ax.set_xticks(x, [r.replace("_", "_\n") if r == "RE_RETRIEVE" else r for r in ROUTES], fontsize=8)
     ax.set_ylabel("queries")
-    ax.set_title("Route (first grading action) and outcome")
+    ax.set_title("First grading action, and how queries end")
     ax.set_ylim(0, max([1, *base.values(), *report.route_counts().values()]) * 1.3)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=8, loc="upper right")
     bars.update(report, draw=False)
     return bars
 
@@ -275,14 +279,14 @@ def route_flow(ax: Axes, report: ReplayReport, recorded: ReplayReport | None = N
 
 
 def fast_path_replayed(recorded: Mapping[str, int], report: ReplayReport) -> dict[str, int]:
-    """Fast-path hits per rule after a replay: recorded counts plus the rules gained, minus those lost.
+    """Grading rounds each pre-filter rule skips after a replay: recorded plus gained, minus lost.
 
-    ``recorded`` is ``Experiment.fast_path_counts()`` (pre-filter rules plus chitchat / simple
-    queries, which skip grading by route).
+    ``recorded`` is ``Experiment.fast_path_counts()``; its chitchat / simple entries count queries
+    (skipped by route, not by a rule) and are left out here.
     """
     gained = Counter(rule for q in report.queries for rule in q.fast_path_gained)
     lost = Counter(rule for q in report.queries for rule in q.fast_path_lost)
-    keys = dict.fromkeys([*FAST_PATH_KEYS, *recorded, *gained])
+    keys = dict.fromkeys(k for k in [*FAST_PATH_KEYS, *recorded, *gained] if k not in NOT_GRADED)
     return {k: recorded.get(k, 0) + gained.get(k, 0) - lost.get(k, 0) for k in keys}
 
 
@@ -303,11 +307,12 @@ class FastPathBars:
 
 
 def fast_path_bars(ax: Axes, recorded: Mapping[str, int], report: ReplayReport | None = None) -> FastPathBars:
-    """Grouped bars per fast-path rule: recorded hits and the hits at the replayed thresholds.
+    """Grouped bars per pre-filter rule: grading rounds it skipped, recorded and at the replayed thresholds.
 
-    ``recorded`` is ``Experiment.fast_path_counts()``; without ``report`` both bars are equal.
+    ``recorded`` is ``Experiment.fast_path_counts()``; without ``report`` both bars are equal. Its
+    chitchat / simple counts are queries, not rounds: they are named in a note, not drawn as bars.
     """
-    keys = list(dict.fromkeys([*FAST_PATH_KEYS, *recorded]))
+    keys = list(dict.fromkeys(k for k in [*FAST_PATH_KEYS, *recorded] if k not in NOT_GRADED))
     x = list(range(len(keys)))
     rec = ax.bar([i - 0.2 for i in x], [recorded.get(k, 0) for k in keys], width=0.4, color=COLORS["recorded"],
                  label="recorded")
@@ -315,10 +320,13 @@ def fast_path_bars(ax: Axes, recorded: Mapping[str, int], report: ReplayReport |
                  label="replayed")
     bars = FastPathBars(ax, keys, rec, rep, dict(recorded))
     ax.set_xticks(x, [k.replace("_score", "").replace("_", "\n") for k in keys], fontsize=8)
-    ax.set_ylabel("rounds / queries")
-    ax.set_title("Grader skipped (fast path)")
-    ax.set_ylim(0, max([1, *recorded.values()]) * 1.3)  # update() grows it when a bar would leave it
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_ylabel("grading rounds")
+    ax.set_title("Rounds the pre-filter skips")
+    routed = [f"{recorded[k]} {k}" for k in NOT_GRADED if recorded.get(k)]
+    if routed:
+        ax.set_xlabel("not graded by route:\n" + ", ".join(routed) + " queries", fontsize=8)
+    ax.set_ylim(0, max([1, *(recorded.get(k, 0) for k in keys)]) * 1.6)  # update() grows it if a bar would leave
+    ax.legend(fontsize=8, loc="upper right")
     if report is not None:
         bars.update(report, draw=False)
     return bars
@@ -382,7 +390,7 @@ def calls_per_query(
     ax.set_ylabel("queries")
     ax.set_title("Model calls per query")
     ax.set_ylim(0, max([1, *rec_counts]) * 1.3)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=8, loc="upper right")
     if report is not None:
         bars.update(report, draw=False)
     return bars

@@ -24,6 +24,7 @@ from crag_lab.plots import COLORS, _redraw
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.collections import PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.text import Text
 
@@ -92,4 +93,19 @@ def frontier_plot(ax: Axes, calls: Sequence[float], quality: Sequence[float], *,
     return plot
 
 
-__all__ = ["METRIC_LABELS", "FrontierPlot", "frontier_plot"]
+def guaranteed_region(ax: Axes, calls: Sequence[float], quality: Sequence[float], valid: Sequence[bool], *,
+                      label: str = "guaranteed") -> PathCollection:
+    """Ring the settings a risk-controlled tune guarantees (`crag_lab.replay.guarantee`); returns the artist.
+
+    >>> from matplotlib.figure import Figure
+    >>> ax = Figure().subplots()
+    >>> guaranteed_region(ax, [1.0, 2.0, 3.0], [0.2, 0.5, 0.4], [True, False, True]).get_offsets().tolist()
+    [[1.0, 0.2], [3.0, 0.4]]
+    """
+    points = [(x, y) for x, y, ok in zip(calls, quality, valid, strict=True) if ok and y == y]
+    region = ax.scatter([p[0] for p in points], [p[1] for p in points], s=46, facecolors="none",
+                        edgecolors=COLORS["generate"], linewidths=1.4, label=f"{label} ({len(points)})", zorder=3)
+    return region
+
+
+__all__ = ["METRIC_LABELS", "FrontierPlot", "frontier_plot", "guaranteed_region"]

@@ -97,6 +97,8 @@ class RoutingPlan(TypedDict, total=False):
     grep_keywords: list[str]
     parsed: bool
     classified: bool
+    router: dict[str, Any]
+    """Only from a router that reports itself (the offline learned router): its name and class probabilities."""
 
 
 class ItemRecord(TypedDict):

@@ -47,8 +47,9 @@ def test_a_slider_change_shows_what_replay_gives_without_calling_a_model(
     assert dash.displayed_counts() == expected.route_counts()
     assert [v for _, v in dash.queries.options] == [q.id for q in expected.flipped]
     totals = expected.totals()
-    flipped = totals["decisions_flipped"]
-    assert f"{flipped} round{'' if flipped == 1 else 's'} in" in dash.summary.value
+    visited = sum(len(q.actions) for q in expected.queries)
+    assert f"{totals['decisions_flipped']} of the {visited} grading rounds replayed" in dash.summary.value
+    assert f"{totals['items_dropped']} in the {visited} round" in dash.summary.value  # dropped: per replayed round
     assert expected.limits().split(":")[0] in dash.summary.value
     assert [len(llm.calls) for llm in llms] == calls_before
 

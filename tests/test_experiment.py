@@ -136,3 +136,15 @@ def test_graded_items_carry_gold_labels() -> None:
     rows = exp.graded_items()
     assert [r["gold"] for r in rows] == [True, False, False, False]
     assert [r["grader_score"] for r in rows] == [0.9, 0.8, 0.2, 0.1]
+
+
+def test_gold_means_overlapping_lines_of_a_labelled_location() -> None:
+    """One meaning of gold (docs/glossary.md): the lines overlap; another part of the same file is not gold."""
+    items = [{"id": "d0.md:L1-L4", "path": "d0.md", "line": 1, "tool": "grep", "grader_score": 0.9},
+             {"id": "d0.md:L50-L60", "path": "d0.md", "line": 50, "tool": "grep", "grader_score": 0.8}]
+    rnd = {"iteration": 1, "rule": None, "items": items, "kept": [], "dropped": [], "action": "GENERATE"}
+    answerable = {"id": "x1", "query": "q", "rounds": [rnd],
+                  "labels": {"gold": ["d0.md:L3-L3"], "gold_paths": ["d0.md"]}}
+    unanswerable = {"id": "x2", "query": "q", "rounds": [rnd], "labels": {"answerable": False}}
+    exp = Experiment(CragConfig(), [answerable, unanswerable], {})
+    assert [r["gold"] for r in exp.graded_items()] == [True, False, False, False]

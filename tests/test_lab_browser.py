@@ -157,10 +157,98 @@ def test_notebooks_run_in_jupyterlab_and_the_dashboard_fits_a_projector(lab_serv
             dashboard.scroll_into_view_if_needed()
             assert page.evaluate(OVERFLOW_JS) == [], "dashboard elements overflow at 1280 px"
             page.screenshot(path=str(ARTIFACTS / "lab_02_dashboard_1280.png"), full_page=True)
+            # Labels of the queries that change are not cut on a wide screen either.
+            page.set_viewport_size({"width": 1440, "height": 900})
+            page.wait_for_timeout(1000)
+            assert page.evaluate(OVERFLOW_JS) == [], "dashboard elements overflow at 1440 px"
+            flipped = page.locator(".crag-flipped select").first
+            assert flipped.evaluate("el => el.options.length") > 0, "End must list the queries that change"
+            widest = flipped.evaluate("el => { const c = document.createElement('canvas').getContext('2d');"
+                                      " c.font = getComputedStyle(el).font;"
+                                      " return Math.max(...Array.from(el.options).map(o => c.measureText(o.text).width)); }")
+            assert widest <= flipped.evaluate("el => el.clientWidth"), "the list of changed queries cuts its labels"
             page.set_viewport_size({"width": 1024, "height": 768})
             page.wait_for_timeout(1000)  # the lab re-lays out its panels
             assert page.evaluate(OVERFLOW_JS) == [], "dashboard elements overflow at 1024 px"
+            # On a projector the sliders and the plot they move are on screen together, the plot at full size.
+            page.locator(".crag-dashboard").first.evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(500)
+            slider = page.locator(".crag-control-relevance_floor").first.bounding_box()
+            image = page.locator(".crag-dashboard img").first
+            plot = image.bounding_box()
+            assert slider is not None and plot is not None
+            assert slider["y"] >= 0 and plot["y"] + 0.3 * plot["height"] <= 768, (slider, plot)
+            natural = image.evaluate("el => el.naturalWidth")
+            assert plot["width"] >= 0.95 * natural, f"the plots are drawn {natural} px wide but shown {plot['width']} px"
+            page.screenshot(path=str(ARTIFACTS / "lab_02_dashboard_1024x768_view.png"))
             dashboard.screenshot(path=str(ARTIFACTS / "lab_02_dashboard_1024.png"))
         finally:
             browser.close()
+    assert not blocked, f"JupyterLab tried to reach other hosts: {blocked[:5]}"
+
+
+# What a student sees before Run All, on a projector: every committed output fits its panel (a wide table
+# scrolls inside its own `.crag-scroll` box), no table cell is cut to "...", and no widget shows as its repr.
+WIDTHS_JS = """() => {
+  const wide = [], cut = [], reprs = [], boxes = [];
+  const outputs = document.querySelectorAll('.jp-Notebook .jp-OutputArea-output');
+  for (const out of outputs) {
+    const cell = out.closest('.jp-Cell');
+    const index = Array.from(cell.parentElement.children).indexOf(cell);
+    if (out.scrollWidth > out.clientWidth + 1) wide.push({cell: index, scroll: out.scrollWidth, client: out.clientWidth});
+    for (const box of out.querySelectorAll('.crag-scroll')) {
+      boxes.push({cell: index, overflow: getComputedStyle(box).overflowX, scroll: box.scrollWidth, client: box.clientWidth});
+      if (box.getBoundingClientRect().right > out.getBoundingClientRect().right + 1)
+        wide.push({cell: index, box: box.getBoundingClientRect().width, client: out.clientWidth});
+    }
+    for (const td of out.querySelectorAll('td, th')) {
+      if (/\\.\\.\\.$|…$/.test(td.innerText.trim())) cut.push({cell: index, text: td.innerText.slice(0, 80)});
+    }
+    const text = out.innerText;
+    if (/\\b[VH]Box\\(children=|\\b(HTML|Image|FloatSlider|Output)\\(value=|Error displaying widget/.test(text))
+      reprs.push({cell: index, text: text.slice(0, 120)});
+  }
+  // The panel: what an output may use (a rendered Markdown cell sits beside the same prompt column).
+  const panel = document.querySelector('.jp-Notebook .jp-OutputArea-output, .jp-Notebook .jp-RenderedMarkdown');
+  return {wide, cut, reprs, boxes, outputs: outputs.length, panel: panel ? panel.getBoundingClientRect().width : 0};
+}"""
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+
+
+def open_saved(page: Any, url: str, notebook: str) -> None:
+    """Open ``notebook`` as committed (no cell run) with JupyterLab's default layout: the file browser open."""
+    page.goto(f"{url}lab/tree/{notebook}?reset", timeout=120_000)
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=120_000)
+    if not page.locator("#filebrowser").is_visible():
+        page.get_by_role("tab", name="File Browser").first.click()
+    page.locator("#filebrowser").wait_for(state="visible", timeout=30_000)
+    page.wait_for_timeout(1500)  # images, Markdown and Mermaid outputs settle
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_saved_outputs_fit_a_projector_with_the_file_browser_open(lab_server: Served, notebook: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1024, "height": 768})
+            page.route("**/*", local_only(blocked))
+            open_saved(page, lab_server.url, notebook)
+            found = page.evaluate(WIDTHS_JS)
+            page.screenshot(path=str(ARTIFACTS / f"lab_saved_{notebook.removesuffix('.ipynb')}_1024.png"),
+                            full_page=True)
+        finally:
+            browser.close()
+    assert 0 < found["panel"] < 700, f"the output panel is {found['panel']} px wide: is the file browser open?"
+    saved = sum(len(c.get("outputs", [])) for c in json.loads((ROOT / "notebooks" / notebook).read_text())["cells"])
+    assert found["outputs"] >= min(saved, 1), f"{notebook}: {saved} saved outputs, none rendered"
+    # A wide table scrolls inside its own box: the page's sanitizer must have kept that box's style.
+    assert all(b["overflow"] == "auto" for b in found["boxes"]), found["boxes"]
+    print(notebook, found)
+    assert found["wide"] == [], f"{notebook}: outputs wider than their {found['panel']} px panel"
+    assert found["cut"] == [], f"{notebook}: table cells cut short"
+    assert found["reprs"] == [], f"{notebook}: widgets shown as their repr text"
     assert not blocked, f"JupyterLab tried to reach other hosts: {blocked[:5]}"

@@ -65,16 +65,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 90) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 90,
+                  name: str = "voila") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"voila exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.3)
-    raise TimeoutError(f"voila did not listen on 127.0.0.1:{port} within {timeout_s}s; log: {log}")
+    raise TimeoutError(f"{name} did not listen on 127.0.0.1:{port} within {timeout_s}s; log: {log}")
 
 
 @dataclass

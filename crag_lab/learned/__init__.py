@@ -1,10 +1,13 @@
-"""Learned parts of the offline model: a cross-encoder that scores (question, unit) pairs.
+"""Learned parts of the offline model: a cross-encoder that scores (question, unit) pairs, and a router.
 
 `AnswerScorer.load()` gives the scorer that ships (the bundled MiniLM plus a small LoRA adapter and
 head in ``crag_lab/_data/scorer``); ``python -m crag_lab.learned.train`` rebuilds its training set and
 retrains it. Loading needs ``torch``, ``transformers`` and ``peft``; nothing is imported until asked.
+`LearnedRouter.load()` gives the router's head (``crag_lab/_data/router``, numpy only), rebuilt by
+``python -m crag_lab.learned.train_router``; the offline model uses it with ``CRAG_OFFLINE_ROUTER=learned``.
 """
 
+from crag_lab.learned.router import LearnedRouter, Route
 from crag_lab.learned.scorer import AnswerScorer, ScorerCard
 
-__all__ = ["AnswerScorer", "ScorerCard"]
+__all__ = ["AnswerScorer", "LearnedRouter", "Route", "ScorerCard"]

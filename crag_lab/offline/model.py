@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
+from crag_lab.offline.router import check_router
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ class OfflineModel:
     (units, grep blocks, questions) in the knowledge base's cache folder (`vectors.STORE_FILE`),
     so a second session reads them instead of encoding.
 
+    ``router`` picks the router (`crag_lab.offline.router.ROUTERS`): ``"rules"`` or ``"learned"``;
+    None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"rules"``).
+    An unknown name raises a `ValueError` naming the valid ones.
+
     >>> from crag_lab.offline import OfflineModel
     >>> OfflineModel().complete("analyze", "", {"query": "hello!", "available_tools": []}).text
     '{"complexity": "chitchat", "grep_keywords": [], "query_type": "chitchat", "sub_questions": [], "suggested_tools": []}'
@@ -38,7 +43,13 @@ class OfflineModel:
 
     name = "offline"
 
-    def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None) -> None:
+    def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
+                 router: str | None = None) -> None:
+        if router is None:
+            from crag_lab.config import OfflineSettings
+
+            router = OfflineSettings().router
+        self.router = check_router(router)
         store = model_name = None
         if kb is not None:
             store, model_name = kb.cache_dir / STORE_FILE, kb.embed_model.model_name
@@ -81,6 +92,11 @@ class OfflineModel:
                     cache.group(texts)
         return cache.encoded - before
 
+    def cache_identity(self) -> dict[str, str]:
+        """What identifies this model's replies: its name, and the router when it is not the default
+        (a response cache or a run journal never mixes the two routers' answers)."""
+        return {"name": self.name} if self.router == "rules" else {"name": self.name, "router": self.router}
+
     @property
     def grader(self) -> CalibratedGrader:
         if self._grader is None:
@@ -99,7 +115,7 @@ class OfflineModel:
         if task == "analyze":
             plan = router.analyze(query, available=inputs.get("available_tools", []),
                                   tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")),
-                                  vectors=self.vectors)
+                                  vectors=self.vectors, router=self.router)
             return json.dumps(plan, sort_keys=True), None
         if task == "plan":
             return json.dumps(planner.plan(inputs, self._seeded())), None

@@ -8,6 +8,10 @@ set. A few phrasing rules back it up without a vector. Complexity is structure: 
 change over time, a second question joined by "and", a choice between alternatives or an entity
 named through another one ("the team that owns X") is complex; anything else is one fact, simple.
 `explain` names the rule that decided, so a student can see why a question took its route.
+
+``router="learned"`` asks a trained classifier instead (`crag_lab.learned.LearnedRouter`: a small
+head over the same MiniLM vector, learned from public chit-chat and question sets); it names itself
+``"learned"`` and reports its probabilities. The rules stay the default.
 """
 
 from __future__ import annotations
@@ -17,14 +21,19 @@ import json
 import re
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
 from crag_lab.offline.text import content_terms
 
 if TYPE_CHECKING:
+    from crag_lab.learned.router import Route
     from crag_lab.offline.vectors import VectorCache
+
+Router = Literal["rules", "learned"]
+ROUTERS: tuple[str, ...] = get_args(Router)
+"""The routers by name: ``rules`` (phrase rules and prototypes, the default) and ``learned``."""
 
 MEANING_MARGIN = 0.04
 """Chitchat by meaning: the nearest chitchat prototype must beat the nearest question prototype by this."""
@@ -115,14 +124,38 @@ _KB_SIGNAL = re.compile(r"\d|[A-Z]{2,}|[\w-]+-[\w-]+|`|/")
 """Digits, acronyms, kebab-case names, code or paths: a message carrying these asks about something."""
 
 
-def explain(query: str, vectors: VectorCache | None = None) -> tuple[str, str]:
-    """The complexity and the name of the rule that decided it.
+def check_router(name: str) -> Router:
+    """``name`` if it is a router, else a `ValueError` naming the valid ones.
+
+    >>> check_router("rule")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown router 'rule'; choose one of: rules, learned
+    """
+    if name not in ROUTERS:
+        raise ValueError(f"unknown router {name!r}; choose one of: {', '.join(ROUTERS)}")
+    return name  # type: ignore[return-value]
+
+
+def learned_route(query: str, vectors: VectorCache | None = None) -> Route:
+    """The learned router's decision and probabilities for ``query`` (its vector is the one the
+    offline model reads the evidence with, so a pipeline that asks pays nothing extra)."""
+    from crag_lab.learned.router import LearnedRouter
+    from crag_lab.offline.vectors import VectorCache
+
+    return LearnedRouter.load().route(query, vectors if vectors is not None else VectorCache())
+
+
+def explain(query: str, vectors: VectorCache | None = None, *, router: str = "rules") -> tuple[str, str]:
+    """The complexity and the name of the rule that decided it (``"learned"`` for the learned router).
 
     >>> explain("Which team owns the service on port 7070, and in which channel do I reach them?")
     ('complex', 'two_questions')
     >>> explain("Can you speak Dutch?")
     ('chitchat', 'about_assistant')
     """
+    if check_router(router) == "learned":
+        return learned_route(query, vectors).complexity, "learned"
     text = query.strip()
     n_terms = len(content_terms(text))
     if n_terms <= 6:
@@ -141,7 +174,7 @@ def explain(query: str, vectors: VectorCache | None = None) -> tuple[str, str]:
     return "simple", "one_fact"
 
 
-def classify(query: str, vectors: VectorCache | None = None) -> str:
+def classify(query: str, vectors: VectorCache | None = None, *, router: str = "rules") -> str:
     """``chitchat``, ``simple`` or ``complex``.
 
     >>> classify("thanks!"), classify("Which port does the gateway admin API use?")
@@ -149,7 +182,7 @@ def classify(query: str, vectors: VectorCache | None = None) -> str:
     >>> classify("What changed between ADR-0004 and ADR-0009?")
     'complex'
     """
-    return explain(query, vectors)[0]
+    return explain(query, vectors, router=router)[0]
 
 
 def identifiers(query: str) -> list[str]:
@@ -168,13 +201,23 @@ def sub_questions(query: str, complexity: str) -> list[str]:
 
 def analyze(
     query: str, *, available: Sequence[str], tried: Sequence[str] = (), retrying: bool = False,
-    vectors: VectorCache | None = None,
+    vectors: VectorCache | None = None, router: str = "rules",
 ) -> dict[str, Any]:
-    """The routing plan as the analyze prompt asks for it (a JSON-ready dict)."""
-    complexity = classify(query, vectors)
+    """The routing plan as the analyze prompt asks for it (a JSON-ready dict).
+
+    With ``router="learned"`` the plan also says who decided and how sure it was:
+    ``"router": {"name": "learned", "probabilities": {...}}``.
+    """
+    why: dict[str, Any] = {}
+    if check_router(router) == "learned":
+        route = learned_route(query, vectors)
+        complexity = route.complexity
+        why = {"router": {"name": "learned", "probabilities": route.probabilities}}
+    else:
+        complexity = classify(query, vectors)
     if complexity == "chitchat":
         return {"query_type": "chitchat", "complexity": "chitchat", "sub_questions": [],
-                "suggested_tools": [], "grep_keywords": []}
+                "suggested_tools": [], "grep_keywords": [], **why}
     idents = identifiers(query)
     tools: list[str] = []
     if _PATH.search(query):
@@ -192,4 +235,4 @@ def analyze(
     tools = [t for t in dict.fromkeys(tools) if t in available]
     query_type = "comparison" if complexity == "complex" else "fact"
     return {"query_type": query_type, "complexity": complexity, "sub_questions": sub_questions(query, complexity),
-            "suggested_tools": tools, "grep_keywords": idents[:6]}
+            "suggested_tools": tools, "grep_keywords": idents[:6], **why}

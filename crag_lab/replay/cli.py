@@ -3,6 +3,7 @@
     crag-lab tune runs/knowledge_base.jsonl
     crag-lab tune runs/kb.jsonl --dataset data/kb_queries.jsonl --budget 4 --folds 5
     crag-lab tune runs/big.jsonl --ray auto        # the grid replayed on a Ray cluster's workers
+    crag-lab tune runs/kb.jsonl --guarantee "gold_dropped<=0.10" --delta 0.1   # a risk-controlled pick
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="replay the grid's settings on Ray workers: alone, a local Ray (or RAY_ADDRESS); with an "
                         "address ('auto', 'ray://HEAD:10001', 'HEAD:6379'), that cluster")
     p.add_argument("--workers", type=int, help="Ray workers (default: every CPU of the cluster)")
+    p.add_argument("--guarantee", metavar="LOSS<=VALUE",
+                   help="pick with a finite-sample guarantee instead (Learn-then-Test): e.g. 'gold_dropped<=0.10', "
+                        "'gold_dropped_first<=0.10', 'false_abstention<=0.15', 'calls<=3.5', several joined by commas")
+    p.add_argument("--delta", type=float, default=0.1,
+                   help="with --guarantee: the chance the guarantee fails over the recorded questions (default 0.1)")
+    p.add_argument("--procedure", default="fixed_sequence", choices=["fixed_sequence", "bonferroni"],
+                   help="with --guarantee: the family-wise error control over the grid (default fixed_sequence)")
+    p.add_argument("--needs-rerun", default="worst", choices=["worst", "exclude"],
+                   help="with --guarantee: a loss replay cannot know counts as the worst (default) or is left out")
     p.set_defaults(func=cmd_tune)
     return p
 
@@ -64,6 +74,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         resolve_executor(args.ray)  # an address that is not one fails now, before anything starts
         with RayExecutor(None if args.ray == "ray" else args.ray, workers=args.workers) as executor:
             front = exp.frontier(labels=labels, metric=args.metric, executor=executor)
+    if args.guarantee is not None:
+        return _print_guarantee(args, exp, front, labels)
     result = tune(front, folds=args.folds, budget_calls=args.budget, metric=args.metric, seed=args.seed)
     pareto = front.pareto()
     if args.budget is not None:
@@ -80,4 +92,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"  {name:<12} {args.metric} {q[args.metric]:.3f}   calls/question {q['calls_per_question']:.2f}   "
               f"tokens/question {q['tokens_per_question']:.0f}")
     print(f"  gap (in-sample − out-of-fold): {result.gap:+.3f}; calls are lower bounds where a query needs a re-run")
+    return 0
+
+
+def _print_guarantee(args: argparse.Namespace, exp: Any, front: Any, labels: Any) -> int:
+    """``--guarantee``: the procedure, its numbers, the guaranteed settings and the pick."""
+    import pandas as pd
+
+    from crag_lab.replay.guarantee import risk_controlled
+
+    g = risk_controlled(exp, args.guarantee, delta=args.delta, procedure=args.procedure, metric=args.metric,
+                        budget_calls=args.budget, needs_rerun=args.needs_rerun, front=front, labels=labels)
+    ns = ", ".join(f"{k}: n = {v}" for k, v in g.n.items())
+    print(f"{args.experiment}: Learn-then-Test ({g.procedure}, Hoeffding–Bentkus p-values) for {g.guarantee} "
+          f"with probability {1 - g.delta:.2f} (delta {g.delta:g}); calibration questions {ns}; a loss replay "
+          f"cannot know counts {'as the worst' if g.needs_rerun == 'worst' else 'not (left out)'}.")
+    print(f"{int(g.valid.sum())} of {len(g.valid)} settings guaranteed.")
+    if g.setting is None:
+        print("No setting of the grid can be guaranteed: record more labelled questions, loosen the bound or "
+              "raise delta.")
+        return 0
+    table = g.table().sort_values([args.metric, "calls_per_question"], ascending=[False, True]).head(15)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
+        print(table.to_string(index=False))
+    s = g.summary()
+    print("\nPick (the guaranteed setting with the most " + args.metric + "):")
+    print("  setting: " + ", ".join(f"{k}={v}" for k, v in g.setting.items()))
+    risks = ", ".join(f"{k} {v:.3f}" for k, v in s["pick_risk"].items())
+    print(f"  calibration risk {risks}; p-value {s['pick_p_value']:.2g}; {args.metric} "
+          f"{s['pick_' + args.metric]:.3f}; calls/question {s['pick_calls_per_question']:.2f}")
     return 0

@@ -17,10 +17,10 @@ and gives the same `QueryReplay`s, field for field.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from crag_lab.config import CragConfig
 from crag_lab.records import QueryRecord, RoundRecord, read_records, round_grades, write_records
@@ -30,7 +30,10 @@ from crag_lab.replay.scalar import replay_record
 
 if TYPE_CHECKING:
     from crag_lab.replay.frontier import Frontier
+    from crag_lab.replay.guarantee import Guarantee, GuaranteeResult
+    from crag_lab.replay.regrade import GraderLike, ItemTexts
     from crag_lab.replay.tune import TuneResult
+    from crag_lab.traces import TraceExport
 
 Engine = Literal["vectorised", "scalar"]
 ENGINES: tuple[Engine, ...] = ("vectorised", "scalar")
@@ -117,11 +120,28 @@ class Experiment:
 
         return frontier(self, **kwargs)
 
-    def tune(self, **kwargs: Any) -> TuneResult:
-        """Pick thresholds by cross-validation over questions: `crag_lab.replay.tune.tune`."""
+    @overload
+    def tune(self, *, guarantee: None = ..., **kwargs: Any) -> TuneResult: ...
+
+    @overload
+    def tune(self, *, guarantee: str | Guarantee | Sequence[str | Guarantee], **kwargs: Any) -> GuaranteeResult: ...
+
+    def tune(self, *, guarantee: str | Guarantee | Sequence[str | Guarantee] | None = None,
+             **kwargs: Any) -> TuneResult | GuaranteeResult:
+        """Pick thresholds by cross-validation over questions: `crag_lab.replay.tune.tune`.
+
+        With ``guarantee="gold_dropped<=0.10"`` (and ``delta``), the risk-controlled pick instead:
+        `crag_lab.replay.guarantee.risk_controlled`.
+        """
         from crag_lab.replay.tune import tune
 
-        return tune(self, **kwargs)
+        return tune(self, guarantee=guarantee, **kwargs)
+
+    def regrade(self, grader: GraderLike, *, texts: ItemTexts = None, **kwargs: Any) -> Experiment:
+        """The same recording with every grade replaced by ``grader``'s: `crag_lab.replay.regrade.regrade`."""
+        from crag_lab.replay.regrade import regrade
+
+        return regrade(self, grader, texts=texts, **kwargs)
 
     # ---- aggregates the plots and tables use --------------------------------------------------
 
@@ -130,13 +150,25 @@ class Experiment:
         return [{**rnd, "query_id": rec["id"]} for rec in self.records for rnd in rec.get("rounds", [])]
 
     def graded_items(self) -> list[dict[str, Any]]:
-        """One row per item graded by the model (first grading of each item), with gold labels if known."""
+        """One row per item graded by the model (first grading of each item), with gold labels if known.
+
+        ``gold`` has one meaning everywhere (the evaluation, the frontier, the plots): the item's lines
+        overlap one of its question's labelled gold locations (``labels["gold"]``, ``path:Lstart-Lend``).
+        Items of an unanswerable or chitchat question are never gold; None: the question labels nothing.
+        Records that list only ``gold_ids`` or ``gold_paths`` (no locations) are matched on those.
+        """
+        from crag_lab.replay._frontier import item_flags
+
         rows = []
         for rec in self.records:
-            gold = set(rec.get("labels", {}).get("gold_ids", []))
-            gold_paths = set(rec.get("labels", {}).get("gold_paths", []))
+            labels = rec.get("labels", {})
+            gold = set(labels.get("gold_ids", []))
+            gold_paths = set(labels.get("gold_paths", []))
+            located = bool(labels.get("gold")) or labels.get("answerable") is False \
+                or labels.get("complexity") == "chitchat"
+            flags = item_flags(rec, labels) if located else None
             seen: set[str] = set()
-            for rnd in rec.get("rounds", []):
+            for k, rnd in enumerate(rec.get("rounds", [])):
                 grades = round_grades(rnd)
                 if grades is None:
                     continue
@@ -145,7 +177,11 @@ class Experiment:
                     if item["id"] in seen:
                         continue
                     seen.add(item["id"])
-                    is_gold = (item["id"] in gold or item.get("path") in gold_paths) if (gold or gold_paths) else None
+                    if flags is not None:
+                        is_gold: bool | None = flags[k][i][0] if flags[k][i][1] else None
+                    else:
+                        is_gold = (item["id"] in gold or item.get("path") in gold_paths) if (gold or gold_paths) \
+                            else None
                     rows.append({"query_id": rec["id"], "id": item["id"], "path": item.get("path"),
                                  "tool": item["tool"], "vector_score": item.get("vector_score"),
                                  "grader_score": scores[i], "gold": is_gold, "shadow": rnd.get("rule") is not None})
@@ -197,3 +233,13 @@ class Experiment:
         """
         config, meta, records = read_records(path, skip_invalid=skip_invalid)
         return cls(config, records, meta)
+
+    def to_otel(self, exporter: Any = None, **kwargs: Any) -> TraceExport:
+        """Every recorded question as one OpenTelemetry trace (OpenInference conventions): `crag_lab.traces.export_traces`.
+
+        >>> exp.to_otel(endpoint="http://127.0.0.1:6006/v1/traces")  # Phoenix  # doctest: +SKIP
+        >>> exp.to_otel(path="runs/kb.otlp.jsonl", replay={"relevance_floor": 0.5})  # doctest: +SKIP
+        """
+        from crag_lab.traces import export_traces
+
+        return export_traces(self, exporter, **kwargs)

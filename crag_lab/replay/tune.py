@@ -15,8 +15,9 @@ questions), and its out-of-fold quality is the honest estimate of what it is wor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -24,6 +25,8 @@ from crag_lab.replay.frontier import Frontier, Recorded, _check_metric, frontier
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from crag_lab.replay.guarantee import Guarantee, GuaranteeResult
 
 
 @dataclass
@@ -83,15 +86,39 @@ def _summary(scores: dict[str, np.ndarray], s: int, metric: str) -> dict[str, fl
     return {k: float(scores[k][s]) for k in keys}
 
 
+@overload
+def tune(experiment: Recorded | Frontier, *, folds: int = ..., budget_calls: float | None = ..., metric: str = ...,
+         seed: int = ..., guarantee: None = ..., delta: float = ..., **frontier_args: Any) -> TuneResult: ...
+
+
+@overload
+def tune(experiment: Recorded | Frontier, *, folds: int = ..., budget_calls: float | None = ..., metric: str = ...,
+         seed: int = ..., guarantee: str | Guarantee | Sequence[str | Guarantee], delta: float = ...,
+         **frontier_args: Any) -> GuaranteeResult: ...
+
+
 def tune(experiment: Recorded | Frontier, *, folds: int = 5, budget_calls: float | None = None,
-         metric: str = "gold_f1", seed: int = 0, **frontier_args: Any) -> TuneResult:
+         metric: str = "gold_f1", seed: int = 0, guarantee: str | Guarantee | Sequence[str | Guarantee] | None = None,
+         delta: float = 0.1, **frontier_args: Any) -> TuneResult | GuaranteeResult:
     """Pick thresholds by ``folds``-fold cross-validation over questions; see the module docstring.
 
     ``experiment`` is a labelled `Experiment` (its `frontier` is computed with ``frontier_args``:
     the grid and ``labels``) or a `Frontier` already computed.
+
+    With ``guarantee`` (``"gold_dropped<=0.10"``; an `Experiment` only), the pick is risk-controlled
+    instead: the settings whose risk is at most the bound with probability ``1 - delta`` and the best
+    of them (`crag_lab.replay.guarantee.risk_controlled`, which takes the other keyword arguments:
+    ``procedure``, ``p_value``, ``needs_rerun``, ``calls_cap``, ``order``, the grid).
     """
     import pandas as pd
 
+    if guarantee is not None:
+        from crag_lab.replay.guarantee import risk_controlled
+
+        if isinstance(experiment, Frontier):
+            raise TypeError("a guarantee needs the Experiment (its labels and answers), not only its Frontier")
+        return risk_controlled(experiment, guarantee, delta=delta, metric=metric, budget_calls=budget_calls,
+                               **frontier_args)
     _check_metric(metric)
     front = experiment if isinstance(experiment, Frontier) else frontier(experiment, metric=metric, **frontier_args)
     n = len(front.ids)

@@ -1,0 +1,147 @@
+"""The learned router: chitchat / simple / complex from a message's MiniLM vector.
+
+A small classifier head (one hidden layer, or multinomial logistic regression) over the frozen
+all-MiniLM-L6-v2 sentence vector the offline model already computes for a question
+(`crag_lab.offline.vectors.VectorCache.query`) and seven counts of the message's shape
+(`shape_features`: question marks, question words, "and", "or", commas, semicolons, length),
+which a mean-pooled sentence vector blurs. Trained by ``python -m crag_lab.learned.train_router``
+on public training data (``crag_lab/_data/router/DATA_CARD.md``). Only the head ships, as plain
+numbers in ``router.json``; predicting is two numpy products, deterministic, no torch.
+
+>>> router = LearnedRouter.load()  # doctest: +SKIP
+>>> router.route("thanks, that helped!", VectorCache())  # doctest: +SKIP
+Route(complexity='chitchat', probability=0.98, probabilities={'chitchat': 0.98, 'simple': 0.01, 'complex': 0.01})
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from crag_lab.offline.vectors import VectorCache
+
+ROUTER_DIR = Path(__file__).resolve().parent.parent / "_data" / "router"
+"""Where the trained head and its data card ship."""
+ROUTER_FILE = "router.json"
+FEATURES = "minilm+shape-v1"
+"""What the head reads: the unit MiniLM vector, then `shape_features`. Stored in ``router.json``."""
+_WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+_AND = re.compile(r"\band\b", re.IGNORECASE)
+_OR = re.compile(r"\bor\b", re.IGNORECASE)
+
+
+def shape_features(text: str) -> np.ndarray:
+    """Seven numbers in [0, 1] about a message's shape, not its topic: question marks, question
+    words and "and"s (each capped at 3), whether it has an "or", commas (capped at 3), whether it
+    has a semicolon, and its length in words (capped at 40). Weighed by the trained head, not by rules.
+
+    >>> [round(float(v), 2) for v in shape_features("Who owns X, and when was it built?")]
+    [0.33, 0.67, 0.33, 0.0, 0.33, 0.0, 0.2]
+    """
+    return np.array([min(text.count("?"), 3) / 3, min(len(_WH.findall(text)), 3) / 3,
+                     min(len(_AND.findall(text)), 3) / 3, float(bool(_OR.search(text))), min(text.count(","), 3) / 3,
+                     float(";" in text), min(len(text.split()), 40) / 40], dtype=np.float32)
+
+
+def features(texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+    """The head's input: each text's unit MiniLM vector followed by its `shape_features`."""
+    shapes = np.vstack([shape_features(t) for t in texts]) if len(texts) else np.zeros((0, 7), np.float32)
+    return np.hstack([np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), shapes])
+
+
+@dataclass(frozen=True)
+class Route:
+    """A learned routing decision: the class, its probability and every class's probability."""
+
+    complexity: str
+    probability: float
+    probabilities: dict[str, float]
+
+
+def forward(layers: Sequence[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
+    """Class probabilities of the rows of ``x``: ReLU between layers, softmax at the end."""
+    h = np.asarray(x, dtype=np.float32)
+    for i, (w, b) in enumerate(layers):
+        h = h @ w + b
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    return softmax(h)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return np.asarray(e / e.sum(axis=1, keepdims=True))
+
+
+class LearnedRouter:
+    """One verb: ``predict(texts, vectors) -> probabilities`` (rows: messages, columns: `classes`).
+
+    `decide` turns probabilities into routes: the most probable class, except that ``chitchat``
+    (which answers without looking anything up) needs at least ``chitchat_min``; below it the
+    likelier of ``simple`` and ``complex`` is taken. ``chitchat_min`` is set by the training script
+    on held-out training messages, not on any evaluation set.
+    """
+
+    def __init__(self, classes: Sequence[str], layers: Sequence[tuple[np.ndarray, np.ndarray]],
+                 trained: Mapping[str, Any] | None = None, chitchat_min: float = 0.0) -> None:
+        self.classes = tuple(classes)
+        self.chitchat_min = float(chitchat_min)
+        self.layers = [(np.asarray(w, dtype=np.float32), np.asarray(b, dtype=np.float32)) for w, b in layers]
+        self.trained = dict(trained or {})
+
+    @staticmethod
+    def load(folder: str | Path | None = None) -> LearnedRouter:
+        """The router in ``folder`` (default: the one that ships), read once per process."""
+        return _load(str(Path(folder or ROUTER_DIR).resolve()))
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``router.json`` holds (weights rounded to 7 significant digits: float32's precision)."""
+        return {"classes": list(self.classes), "features": FEATURES, "chitchat_min": self.chitchat_min,
+                "layers": [{"W": [[float(f"{v:.7g}") for v in row] for row in w.tolist()],
+                            "b": [float(f"{v:.7g}") for v in b.tolist()]} for w, b in self.layers],
+                "trained": self.trained}
+
+    def predict(self, texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+        """Probabilities, one row per message (its text and unit MiniLM vector), rounded to 6 places."""
+        return np.round(forward(self.layers, features(texts, vectors)), 6)
+
+    def decide(self, probabilities: np.ndarray) -> np.ndarray:
+        """The index of each row's route (see the class docstring)."""
+        probs = np.asarray(probabilities).reshape(-1, len(self.classes))
+        best = np.argmax(probs, axis=1)
+        if "chitchat" in self.classes:
+            chat = self.classes.index("chitchat")
+            others = probs.copy()
+            others[:, chat] = -1.0
+            best = np.where((best == chat) & (probs[:, chat] < self.chitchat_min), np.argmax(others, axis=1), best)
+        return best
+
+    def route(self, query: str, vectors: VectorCache) -> Route:
+        """The route of one message, from the vector the offline model uses for it anyway."""
+        probs = self.predict([query], vectors.query(query))[0]
+        best = int(self.decide(probs)[0])
+        return Route(self.classes[best], float(probs[best]),
+                     {c: float(p) for c, p in zip(self.classes, probs, strict=True)})
+
+
+@functools.lru_cache(maxsize=4)
+def _load(folder: str) -> LearnedRouter:
+    path = Path(folder) / ROUTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no trained router here; train one with "
+                                "python -m crag_lab.learned.train_router --train-dir DIR")
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    if raw.get("features") != FEATURES:
+        raise ValueError(f"{path}: made for features {raw.get('features')!r}, this crag_lab reads {FEATURES!r}; "
+                         "train it again with python -m crag_lab.learned.train_router --train-dir DIR")
+    return LearnedRouter(raw["classes"], [(layer["W"], layer["b"]) for layer in raw["layers"]], raw.get("trained"),
+                         float(raw.get("chitchat_min", 0.0)))

