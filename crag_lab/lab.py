@@ -333,18 +333,28 @@ class Lab:
         config: CragConfig | None = None,
         concurrency: int = 4,
     ) -> list[AskResult]:
-        """Answer many questions with ``graph.batch`` (explicit recursion limit and concurrency)."""
+        """Answer many questions with ``graph.batch`` (explicit recursion limit and concurrency).
+
+        Traced like `ask` when the lab traces (one trace per question, all starting when the batch did;
+        ``graph.batch`` times no node, so node spans are timed by their model calls).
+        """
         queries = check_questions(queries)
         mode = self._check_mode(mode)
         config = config or self.config
+        started_ns = time.time_ns()
         start = time.perf_counter()
         states = self.graph(mode, config).batch(
             [initial_state(q, mode=mode, top_k=config.top_k) for q in queries],
             {"recursion_limit": config.recursion_limit, "max_concurrency": concurrency},
         )
         per_query = (time.perf_counter() - start) * 1000 / max(len(queries), 1)
-        return [AskResult(q, mode, s["answer"], cast(AgentState, dict(s)), per_query)
-                for q, s in zip(queries, states, strict=True)]
+        results = [AskResult(q, mode, s["answer"], cast(AgentState, dict(s)), per_query)
+                   for q, s in zip(queries, states, strict=True)]
+        if self.traces is not None:
+            for result in results:
+                self.traces.emit(result.to_record(), started_ns, config)
+            self.traces.flush()
+        return results
 
     def prepare(self) -> int:
         """Encode every chunk's sentences for the offline model now, so first questions run at warm speed.

@@ -315,6 +315,21 @@ def test_live_tracing_emits_the_spans_the_export_of_its_recording_does() -> None
     assert len(roots) == 2 and roots[1].attributes["input.value"] == "Which port does the gateway use?"  # type: ignore[index]
 
 
+def test_ask_many_traces_each_question() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    questions = ["Which port does the gateway use?", "Which host runs the gateway?"]
+    results = scripted_lab(tracer_provider=provider).ask_many(questions, concurrency=1)
+    roots = [s for s in memory.get_finished_spans() if s.parent is None]
+    assert sorted(r.attributes["input.value"] for r in roots) == sorted(questions)  # type: ignore[index]
+    for result, root in zip(results, sorted(roots, key=lambda r: questions.index(r.attributes["input.value"])),
+                            strict=True):  # type: ignore[index, arg-type]
+        nodes = [s.name for s in sorted(memory.get_finished_spans(), key=lambda s: s.start_time or 0)
+                 if s.parent is not None and s.parent.span_id == root.context.span_id]
+        assert nodes == result.path  # one CHAIN span per node the question ran, in order
+
+
 @pytest.fixture
 def no_trace_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.chdir(tmp_path)  # no .env
