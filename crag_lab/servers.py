@@ -57,7 +57,7 @@ def check_server(api_base: str, *, timeout_s: float = 10.0, api_key: str | None 
 
 
 def openai_compatible(api_base: str, model: str | None = None, *, api_key: str | None = None, timeout_s: float = 1800.0,
-                      max_tokens: int = 512, temperature: float = 0.0, seed: int = 0, chat: bool = True,
+                      max_tokens: int = 512, temperature: float = 0.0, seed: int | None = 0, chat: bool = True,
                       check: bool = True, **kwargs: Any) -> Any:
     """LlamaIndex's ``OpenAILike`` for the server at ``api_base`` (model: the server's first when None).
 
@@ -67,6 +67,9 @@ def openai_compatible(api_base: str, model: str | None = None, *, api_key: str |
     fails now, naming its URL. ``timeout_s`` is the HTTP client's limit on one request; crag_lab's
     own per-call timeout (`crag_lab.models.call_model`) usually ends a call first, and a call it
     gives up on then only waits in the background for the server to finish its capped reply.
+    ``seed`` is sent with every request, so replies repeat even at a ``temperature`` above 0 (llama.cpp
+    and vLLM honour it); ``seed=None`` sends none, so a sampled model varies between calls (the spread
+    `crag_lab.replay.compare_graders` measures with ``repeats``).
     """
     try:
         from llama_index.llms.openai_like import OpenAILike
@@ -78,7 +81,8 @@ def openai_compatible(api_base: str, model: str | None = None, *, api_key: str |
             raise ServerUnavailableError(f"the server at {api_base} lists no model; pass model=...")
         model = models[0]
     extra = dict(kwargs.pop("additional_kwargs", {}) or {})
-    extra.setdefault("seed", seed)
+    if seed is not None:
+        extra.setdefault("seed", seed)
     return OpenAILike(model=model, api_base=api_base, api_key=api_key or "not-needed", is_chat_model=chat,
                       is_function_calling_model=False, context_window=kwargs.pop("context_window", 8192),
                       temperature=temperature, max_tokens=max_tokens, timeout=timeout_s, max_retries=0,

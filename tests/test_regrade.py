@@ -210,6 +210,48 @@ def test_the_spread_of_a_sampled_grader_over_repeats() -> None:
     assert result.spread["noisy"].shape == result.labels.shape
 
 
+def test_a_sampled_server_judge_can_go_without_a_fixed_seed() -> None:
+    """openai_compatible sends seed 0 by default, and a seeded llama.cpp or vLLM repeats its sample even at a
+    temperature above 0 (so the spread over repeats would read 0); seed=None sends no seed."""
+    from crag_lab.cache import cache_identity
+    from crag_lab.models import LlamaIndexModel
+    from crag_lab.servers import openai_compatible
+
+    seeded = openai_compatible("http://127.0.0.1:9/v1", "m", temperature=0.7, check=False)
+    sampled = openai_compatible("http://127.0.0.1:9/v1", "m", temperature=0.7, seed=None, check=False)
+    assert seeded.additional_kwargs == {"seed": 0}
+    assert "seed" not in sampled.additional_kwargs
+    assert cache_identity(LlamaIndexModel(seeded)) != cache_identity(LlamaIndexModel(sampled))
+
+
+def test_a_deterministic_grader_s_spread_is_exactly_zero() -> None:
+    exp, _ = mixed_experiment()
+    # three equal 0.1s have a numpy mean of 0.10000000000000002 and so a std of 1.4e-17, not 0
+    result = compare_graders(exp, {"fixed": lambda q, t: 0.1}, texts=text_of, repeats=3)
+    assert result.table.set_index("grader").loc["fixed", "grade_sd"] == 0.0
+    assert (result.spread["fixed"] == 0.0).all()
+
+
+def test_the_repeats_of_a_llama_index_llm_share_one_adapter_so_the_server_is_warmed_up_once() -> None:
+    from llama_index.core.llms import MockLLM
+
+    from crag_lab.models import WARM_UP_PROMPT
+
+    prompts: list[str] = []
+
+    class Recording(MockLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            prompts.append(prompt)
+            return super().complete(prompt, formatted=formatted, **kwargs)
+
+    exp, _ = mixed_experiment()
+    result = compare_graders(exp, {"mock": Recording(max_tokens=3)}, texts=text_of, repeats=3)
+    grading = int(result.table.set_index("grader").loc["mock", "calls"])
+    assert grading > 0
+    assert prompts.count(WARM_UP_PROMPT) == 1  # one warm-up and one measured speed, not one per repeat
+    assert len(prompts) == 1 + 3 * grading
+
+
 def test_reliability_bins_and_ece() -> None:
     r = reliability(np.array([0.05, 0.05, 0.95, 0.95]), np.array([0, 1, 1, 1]), bins=10)
     assert r["count"][0] == 2 and r["count"][9] == 2

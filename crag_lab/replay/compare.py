@@ -67,6 +67,17 @@ def grade_quality(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
             "agreement": float(((scores >= 0.5) == labels).mean()) if len(labels) else float("nan")}
 
 
+def grade_spread(repeats: np.ndarray) -> np.ndarray:
+    """Per item (column), the standard deviation of its grades over repeated regrades (rows); exactly 0
+    where every repeat gave the same grade (numpy's mean of equal floats can round, leaving 1e-17).
+
+    >>> grade_spread(np.array([[0.1, 0.2], [0.1, 0.4], [0.1, 0.6]])).round(3).tolist()
+    [0.0, 0.163]
+    """
+    repeats = np.asarray(repeats, dtype=np.float64)
+    return np.where(np.ptp(repeats, axis=0) == 0, 0.0, repeats.std(axis=0))
+
+
 def labelled_grades(exp: Experiment) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray]:
     """(query id, item id), grade and gold label of every item whose label is known, first grading only."""
     rows = [r for r in exp.graded_items() if r["gold"] is not None]
@@ -138,6 +149,7 @@ def compare_graders(experiment: Experiment, graders: Mapping[str, GraderLike], *
     keys: list[tuple[str, str]] | None = None
     labels = np.zeros(0, dtype=bool)
     for name, grader in graders.items():
+        grader = _adapted_once(grader)
         runs = [experiment.regrade(grader, texts=texts, cache=cache, concurrency=concurrency, name=name)
                 for _ in range(repeats)]
         exp = runs[0]
@@ -150,7 +162,7 @@ def compare_graders(experiment: Experiment, graders: Mapping[str, GraderLike], *
         bins[name] = reliability(g, labels)
         quality = grade_quality(g, labels)
         if repeats > 1:
-            spread[name] = np.vstack([labelled_grades(r)[1] for r in runs]).std(axis=0)
+            spread[name] = grade_spread(np.vstack([labelled_grades(r)[1] for r in runs]))
         front = exp.frontier(metric=metric, **frontier_args)
         best = best_setting(front, np.arange(len(front.ids)), metric)
         table = front.table()
@@ -165,6 +177,19 @@ def compare_graders(experiment: Experiment, graders: Mapping[str, GraderLike], *
     return GraderComparison(pd.DataFrame(rows), experiments, grades, labels, bins, spread)
 
 
+def _adapted_once(grader: GraderLike) -> GraderLike:
+    """A LlamaIndex LLM adapted to a crag_lab model once, so that its repeats share one adapter: one warm-up
+    call and one measured speed (`crag_lab.models.SpeedMeter`), not one of each per regrade."""
+    from crag_lab.models import CragModel, as_model
+    from crag_lab.replay.regrade import Grader
+
+    if isinstance(grader, (str, Grader, CragModel)) or not hasattr(grader, "complete"):
+        return grader
+    from crag_lab.offline import OfflineModel
+
+    return as_model(grader, offline_factory=OfflineModel)
+
+
 def _recorded_row(front: Any, experiment: Experiment) -> int | None:
     """The frontier row of the recorded setting, if the grid holds it."""
     st, c = front.settings, experiment.config
@@ -176,5 +201,5 @@ def _recorded_row(front: Any, experiment: Experiment) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
-__all__ = ["COLUMNS", "GraderComparison", "compare_graders", "grade_quality", "labelled_grades", "reliability",
-           "reliability_plot"]
+__all__ = ["COLUMNS", "GraderComparison", "compare_graders", "grade_quality", "grade_spread", "labelled_grades",
+           "reliability", "reliability_plot"]

@@ -23,7 +23,9 @@ the recording was made on, a `crag_lab.kb.KnowledgeBase`, a mapping of item id t
 function of the item). A grader that raises, or returns NaN or a value outside [0, 1], stops the
 regrade with one `crag_lab.errors.GraderError` naming the grader, the query id and the item, before
 anything is returned. The new experiment's ``meta["grader"]`` records the provenance: the grader's
-name, when, what it cost, and what it replaced.
+name, when, what it cost (``calls``, of which ``cached_calls`` the response cache answered; tokens;
+seconds), for a model the model itself (``model``: its id, sampling parameters and token caps), and
+what it replaced.
 
 >>> exp = Experiment.load("notebooks/recordings/kb_knowledge_base.jsonl")  # doctest: +SKIP
 >>> by_len = exp.regrade(lambda q, text: min(len(text) / 400, 1.0), texts="data/kb")  # doctest: +SKIP
@@ -344,6 +346,7 @@ def _evidence(item: ItemRecord, text_of: Callable[[ItemRecord], Mapping[str, Any
 class _Regraded:
     record: QueryRecord
     calls: int = 0
+    cached: int = 0
     tokens: int = 0
     items: int = 0
     parse_failures: int = 0
@@ -371,6 +374,7 @@ def _regrade_record(record: QueryRecord, grader: Grader,
         out.items += len(fresh)
         out.parse_failures += not graded.parse_ok
         out.calls += len(graded.usage)
+        out.cached += sum(1 for u in graded.usage if u.get("cached"))
         out.tokens += usage_tokens(graded.usage)
         if rnd.get("rule") is None:
             for item, score in zip(items, scores, strict=True):
@@ -395,6 +399,15 @@ def _regrade_record(record: QueryRecord, grader: Grader,
             usage.append(u)
         out.record["usage"] = usage
     return out
+
+
+def _model_of(grader: Grader) -> dict[str, Any]:
+    """``{"model": ...}``: what identifies a model grader's replies (its class, model id, sampling and caps,
+    as the response cache keys them; the endpoint left out), so the provenance names the model, not only
+    the adapter; empty for any other grader."""
+    from crag_lab.cache import cache_identity
+
+    return {"model": cache_identity(grader.model)} if isinstance(grader, ModelGrader) else {}
 
 
 def regrade(experiment: R, grader: GraderLike, *, texts: ItemTexts = None,
@@ -435,8 +448,9 @@ def regrade(experiment: R, grader: GraderLike, *, texts: ItemTexts = None,
     meta = {**copy.deepcopy(experiment.meta), "grader": {
         "name": label, "regraded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "items_graded": sum(d.items for d in done), "calls": sum(d.calls for d in done),
-        "tokens": sum(d.tokens for d in done), "parse_failures": sum(d.parse_failures for d in done),
-        "seconds": round(seconds, 3), "replaced": previous}}
+        "cached_calls": sum(d.cached for d in done), "tokens": sum(d.tokens for d in done),
+        "parse_failures": sum(d.parse_failures for d in done), "seconds": round(seconds, 3),
+        **_model_of(g), "replaced": previous}}
     return dataclasses.replace(experiment, records=[d.record for d in done], meta=meta)
 
 
