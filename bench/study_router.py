@@ -22,7 +22,8 @@ accuracy, containment and abstention end to end (``crag-lab eval`` on the test s
 router, ``CRAG_OFFLINE_ROUTER``), and the time per message.
 
 ``.venv/bin/python bench/study_router.py`` writes ``docs/dev/router.md`` and ``.json``; the shared
-sets are skipped, saying so, when absent.
+sets are skipped, saying so, when absent. ``--baseline-dir`` adds an earlier head as one more column
+(routing only; the end-to-end runs use the head that ships), for a before/after.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def routers(cache: VectorCache, learned: LearnedRouter) -> dict[str, Callable[[str], str]]:
-    """Each router under study, as a function of the message."""
+def routers(cache: VectorCache, learned: LearnedRouter,
+            baseline: tuple[str, LearnedRouter] | None = None) -> dict[str, Callable[[str], str]]:
+    """Each router under study, as a function of the message (``baseline``: an earlier learned head, by name)."""
 
     def rules(q: str) -> str:
         return router.explain(q, cache)[0]
@@ -113,7 +115,8 @@ def routers(cache: VectorCache, learned: LearnedRouter) -> dict[str, Callable[[s
             return "complex"
         return best
 
-    return {"rules": rules, "learned": learned_only, "learned+phrases": phrases_first,
+    earlier = {} if baseline is None else {baseline[0]: lambda q: baseline[1].route(q, cache).complexity}
+    return {"rules": rules, **earlier, "learned": learned_only, "learned+phrases": phrases_first,
             "learned chitchat + rule complexity": chit_then_rules, f"learned, rules below p={FALLBACK_P}": fallback,
             "learned or complex rule": either_complex}
 
@@ -257,6 +260,9 @@ def markdown(result: Mapping[str, Any]) -> str:
               "The hybrid to ship would be picked on the first row (validation messages from held-out "
               "training articles and conversations).", "",
               f"Learned router: {json.dumps(result['card'])}"]
+    if result.get("baseline"):
+        lines += ["", f"\"{result['baseline']['name']}\": the head in {result['baseline']['folder']}, "
+                  f"{json.dumps(result['baseline']['card'])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -265,10 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--no-eval", action="store_true", help="skip the end-to-end crag-lab eval runs")
     parser.add_argument("--router-dir", help="a trained router's folder (default: the one that ships)")
+    parser.add_argument("--baseline-dir", help="an earlier router's folder, compared as one more column")
+    parser.add_argument("--baseline-name", default="learned (earlier)", help="that column's name")
+    parser.add_argument("--baseline-label", help="where that head comes from, for the report (default: its folder)")
     args = parser.parse_args(argv)
     learned = LearnedRouter.load(args.router_dir)
     cache = VectorCache()
-    fns = routers(cache, learned)
+    baseline = LearnedRouter.load(args.baseline_dir) if args.baseline_dir else learned
+    fns = routers(cache, learned, (args.baseline_name, baseline) if args.baseline_dir else None)
     data: dict[str, list[tuple[str, str]]] = {}
     val = validation_messages(learned.trained)
     if val is not None:
@@ -301,7 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               "latency": latency(VectorCache, learned, sample),
               "end_to_end": None if args.no_eval else end_to_end(router.ROUTERS),
               "card": {**{k: learned.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
-                       "chitchat_min": learned.chitchat_min}}
+                       "chitchat_min": learned.chitchat_min},
+              "baseline": None if not args.baseline_dir else {
+                  "name": args.baseline_name, "folder": args.baseline_label or args.baseline_dir,
+                  "card": {**{k: baseline.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
+                           "chitchat_min": baseline.chitchat_min}}}
     text = markdown(result)
     print(text)
     if not args.no_write:

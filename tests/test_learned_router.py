@@ -25,6 +25,14 @@ SIMPLE = ["Which port does the billing-api listen on?", "Who maintains the audit
 COMPLEX = ["Which team owns the billing-api, and in which channel can I reach them?",
            "Compare the retention of access logs with that of audit logs.",
            "How did the deploy approval process change between 2022 and 2024?"]
+# Questions in a personal register and terse ones (issue #31: they must not get a chitchat reply with no
+# answer). Written for this test before the retrained head was measured; in no training or evaluation file.
+PERSONAL = ["I'm flying to Lisbon tonight, which time zone is it in?",
+            "My kid asked me this at dinner and I had no idea: why is the sky blue?",
+            "I got back late from a concert, how many hours of sleep does an adult need?",
+            "we're moving house next month - do I need to tell the tax office my new address?"]
+TERSE = ["boiling point of ethanol?", "capital of Australia?", "max upload size for attachments?",
+         "refund window for annual plans?"]
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +148,27 @@ def test_chitchat_needs_its_threshold_else_the_likelier_question_route_wins() ->
     router = LearnedRouter(("chitchat", "simple", "complex"), layers, chitchat_min=0.9)
     probs = np.array([[0.6, 0.1, 0.3], [0.95, 0.04, 0.01], [0.2, 0.7, 0.1]])
     assert [router.classes[i] for i in router.decide(probs)] == ["complex", "chitchat", "simple"]
+
+
+@pytest.mark.parametrize("message", [
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="still small talk to this head (p=0.95): a long "
+                                            "personal preamble before a short general question; see the data card"))
+    if m.startswith("My kid") else m for m in PERSONAL + TERSE])
+def test_personal_and_terse_questions_are_not_small_talk(message: str, vectors: VectorCache) -> None:
+    """A question routed to chitchat gets no answer: the first person or a terse form must not send it there."""
+    assert explain(message, vectors, router="learned")[0] in ("simple", "complex")
+
+
+def test_the_augmented_shapes_keep_the_question() -> None:
+    import random
+
+    from crag_lab.learned.router_data import framed, long_bridges, terse_question
+
+    rng = random.Random(0)
+    question = "Who founded the Montana Historical Society?"
+    assert framed(question, "Montana", rng).lower().endswith(question.lower()[1:])
+    short = terse_question(question, rng)
+    assert short.endswith("?") and len(short.split()) <= 5 and "Who" not in short
+    rows = {"Montana": [{"question": question, "answers": ["Granville Stuart"]}]}
+    (bridge,) = long_bridges(rows, 1, rng)
+    assert "the person who founded the Montana Historical Society" in bridge.text and bridge.label == "complex"

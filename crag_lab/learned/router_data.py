@@ -4,14 +4,22 @@
   of a conversation over-sampled (a user's small talk with an assistant is mostly greetings, thanks
   and goodbyes), long monologues left out.
 - **simple**: SQuAD v1.1 train questions (one fact each), and the same questions in the other shapes
-  a user types: a request in the imperative ("Tell me the ...", "List the ..."), and a terse
-  query of its content words ("Montana Act arrests").
+  a user types: a request in the imperative ("Tell me the ...", "List the ..."), a terse
+  query of its content words ("Montana Act arrests", "arrests Montana Act?", with a long name
+  abbreviated to its initials now and then), and a question in a personal register (`framed`: a
+  short first-person or situational clause from general templates before it, "I'm writing a
+  report on Montana - how many ...?", "quick one: ..."). SQuAD questions are almost never in the
+  first person (at most 355 of 87,599), while about a sixth of the chit-chat turns are, so without these a
+  question asked in the first person reads as small talk.
 - **complex**: what the spec's full pipeline is for, a question whose answer joins several facts,
   composed from SQuAD v1.1 train questions and titles: two questions of one article joined ("..., and
   when ...?", "...? ...?", "...; ..."), a comparison or choice between two articles' subjects, a
   bridge (a question whose answer is named in another question of the article, replaced by the
-  first question as a relative clause: "When was the person who founded X born?") and a change over
-  time.
+  first question as a relative clause: "When was the person who founded X born?"), a longer bridge
+  in one sentence (a relative clause inside a general second-hop template: "What is the nationality
+  of the person who founded X?", "In which country is the city that ... located?") and a change
+  over time. A share of them gets the same personal framing as the simple class, so the framing
+  says nothing about the class.
 
 Every class gets the same surface noise (lower case, no question mark, a typo now and then), so
 punctuation and case say nothing about the class. Validation holds out whole SQuAD articles and
@@ -21,6 +29,8 @@ whole conversations. Nothing here reads an evaluation set or the bundled knowled
 'what year was it?'
 >>> terse("How many people were arrested from the Montana Act?", random.Random(0))
 'people arrested Montana Act'
+>>> initials("the Montana Act")
+'the MA'
 """
 
 from __future__ import annotations
@@ -69,6 +79,34 @@ _CHANGE_TEMPLATES = (
     "How did the {attr} of {a} change from {y} to {y2}?", "What is the history of {a} since {y}?",
 )
 _TYPO_KEEP = re.compile(r"[A-Za-z]")
+# A personal or situational register, in general words (no domain, no named system): a clause about
+# the asker, then the question. "{topic}" is the article's title.
+_FRAMES = (
+    "I'm writing a report on {topic} - {q}", "My team needs to know this: {q}", "quick one: {q}",
+    "Quick question: {q}", "I was reading about {topic} and wondered, {lq}", "I have an exam on {topic} tomorrow. {q}",
+    "Sorry to bother you, but {lq}", "I can't remember - {lq}", "Hey, {lq}", "Hi! {q}",
+    "I got asked this today and didn't know: {q}", "I'm preparing a presentation on {topic}. {q}",
+    "My friend and I were arguing about this: {q}", "I'm new to {topic}. {q}", "Before I start, {lq}",
+    "I've been stuck on this all morning: {q}", "I just got a message from my manager and need to check: {lq}",
+    "For my homework: {q}", "I'm not sure about this one, {lq}", "We were talking about {topic} at lunch. {q}",
+    "I was up all night with this. {q}", "Can you help me? {q}", "I need this for a meeting in ten minutes: {q}",
+    "Honest question, {lq}", "My boss asked me and I don't know: {q}", "I'm trying to plan my week. {q}",
+    "Asking for a colleague: {q}", "I keep forgetting this. {q}", "Real quick, {lq}", "So I was wondering, {lq}",
+)
+_ABBREVIATIONS = {"number": "no.", "approximately": "approx.", "information": "info", "department": "dept",
+                  "population": "pop.", "government": "govt", "university": "univ.", "average": "avg",
+                  "maximum": "max", "minimum": "min", "percentage": "pct", "temperature": "temp",
+                  "application": "app", "organization": "org", "organisation": "org", "configuration": "config",
+                  "international": "intl", "national": "natl", "year": "yr", "years": "yrs"}
+# Second hops for a one-sentence bridge: {rel} describes a person ("the person who ...") or a thing.
+_PERSON_HOPS = ("Where was {rel} born?", "What nationality was {rel}?", "In what year did {rel} die?",
+                "Which country is {rel} from?", "What is the name of the university attended by {rel}?",
+                "Who was the father of {rel}?", "What position was held by {rel}?", "When was {rel} born?",
+                "What language did {rel} speak?", "Which city did {rel} live in?")
+_THING_HOPS = ("When was {rel} founded?", "Where is {rel} located?", "Who built {rel}?",
+               "In which country is {rel} located?", "What is the {attr} of {rel}?", "Who owns {rel}?",
+               "Which year was {rel} established?", "Who was in charge of {rel}?", "What is {rel} named after?",
+               "How old is {rel}?")
 
 
 @dataclass(frozen=True)
@@ -100,6 +138,29 @@ def terse(question: str, rng: random.Random) -> str:
     """A keyword query of the question's content words (at most five, in order)."""
     words = [w for w in _words(question) if w.lower() not in _STOP]
     return " ".join(words[:5]) if len(words) >= 2 else question
+
+
+def initials(text: str) -> str:
+    """The first run of two or more capitalised words abbreviated to their initials ("Montana Act" -> "MA")."""
+    m = re.search(r"\b(?:[A-Z][a-z]+\s+){1,3}[A-Z][a-z]+\b", text)
+    return text if not m else text[:m.start()] + "".join(w[0] for w in m.group(0).split()) + text[m.end():]
+
+
+def terse_question(question: str, rng: random.Random) -> str:
+    """A terse query with a question mark: content words (some abbreviated), a name now and then as initials."""
+    words = [_ABBREVIATIONS.get(w.lower(), w) for w in _words(question) if w.lower() not in _STOP]
+    if len(words) < 2:
+        return question
+    words = words[:rng.randint(2, 5)]
+    if rng.random() < 0.5:  # the asked-for thing first: "arrests Montana Act?"
+        words = words[-1:] + words[:-1]
+    text = " ".join(words)
+    return (initials(text) if rng.random() < 0.3 else text) + rng.choice(("?", "?", " ?", "??"))
+
+
+def framed(question: str, topic: str, rng: random.Random) -> str:
+    """The question after a first-person or situational clause from `_FRAMES` (a general template)."""
+    return rng.choice(_FRAMES).format(q=question, lq=lower_first(question), topic=topic)
 
 
 def imperative(question: str, rng: random.Random) -> str | None:
@@ -177,28 +238,39 @@ def chitchat_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Ran
 
 
 def simple_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random) -> list[Message]:
-    """``n`` one-fact messages: SQuAD questions as written, up to 40 % as requests, 20 % as terse queries."""
+    """``n`` one-fact messages: of SQuAD questions, up to 20 % as requests, 10 % as terse queries, 10 % as
+    terse queries with a question mark, 20 % framed in a personal register, the rest as written."""
     out: list[Message] = []
     pool = rng.sample(list(rows), min(len(rows), n))
     for i, row in enumerate(pool):
         q, group = str(row["question"]).strip(), f"title/{row['title']}"
-        kind = i % 5
-        if kind in (2, 3):
+        kind = i % 10
+        if kind in (4, 5):
             req = imperative(q, rng)
             if req:
                 out.append(Message(req, "simple", "request", group))
                 continue
-        if kind == 4:
+        if kind == 6:
             short = terse(q, rng)
             if short != q:
                 out.append(Message(short, "simple", "terse", group))
                 continue
+        if kind == 7:
+            short = terse_question(q, rng)
+            if short != q:
+                out.append(Message(short, "simple", "terse_question", group))
+                continue
+        if kind in (8, 9):
+            inner = (imperative(q, rng) if rng.random() < 0.2 else None) or q
+            out.append(Message(framed(inner, _title(str(row["title"])), rng), "simple", "framed", group))
+            continue
         out.append(Message(q, "simple", "squad", group))
     return out
 
 
 def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random) -> list[Message]:
-    """``n`` multi-fact messages: 35 % two joined questions, 30 % comparisons, 20 % bridges, 15 % change over time."""
+    """``n`` multi-fact messages: 30 % two joined questions, 25 % comparisons, 15 % bridges, 15 % one-sentence
+    bridges, 15 % change over time; then 15 % of them framed in a personal register (as `simple_messages`)."""
     by_title: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         by_title.setdefault(str(row["title"]), []).append(row)
@@ -209,7 +281,8 @@ def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Rand
     years = sorted({a for r in rows for a in r["answers"][:1] if re.fullmatch(r"1[5-9]\d\d|20[0-2]\d", a)}) or ["1990"]
     bridges = _bridges(by_title, rng)
     out: list[Message] = []
-    want = {"two_questions": int(n * 0.35), "comparison": int(n * 0.30), "bridge": int(n * 0.20)}
+    want = {"two_questions": int(n * 0.30), "comparison": int(n * 0.25), "bridge": int(n * 0.15),
+            "long_bridge": int(n * 0.15)}
     want["change"] = n - sum(want.values())
     for _ in range(want["two_questions"]):
         title = rng.choice(titles)
@@ -236,6 +309,24 @@ def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Rand
         y2 = str(min(int(y) + rng.randint(5, 60), 2023))
         text = rng.choice(_CHANGE_TEMPLATES).format(a=a, y=y, y2=y2, attr=rng.choice(_ATTRIBUTES))
         out.append(Message(text, "complex", "change", f"title/{t1}"))
+    out += long_bridges(by_title, want["long_bridge"], rng)
+    for i, m in enumerate(out):
+        if rng.random() < 0.15:
+            topic = _title(m.group.split("/", 1)[1])
+            out[i] = Message(framed(m.text, topic, rng), m.label, m.source + "+framed", m.group)
+    return out
+
+
+def long_bridges(by_title: Mapping[str, Sequence[Mapping[str, Any]]], n: int, rng: random.Random) -> list[Message]:
+    """``n`` one-sentence bridges: a question turned into a description of its answer (`relative`) inside a
+    general second-hop template, "What nationality was the person who founded X?"."""
+    described = [(title, rel) for title in sorted(by_title) for r in by_title[title]
+                 for rel in [relative(str(r["question"]))] if rel]
+    out: list[Message] = []
+    for title, rel in rng.sample(described, min(n, len(described))):
+        hops = _PERSON_HOPS if rel.startswith("the person") else _THING_HOPS
+        text = rng.choice(hops).format(rel=rel, attr=rng.choice(_ATTRIBUTES))
+        out.append(Message(text, "complex", "long_bridge", f"title/{title}"))
     return out
 
 
