@@ -250,3 +250,25 @@ def test_the_first_rounds_gold_is_known_at_every_setting_even_where_the_run_leav
             assert first.eligible[q] == bool(graded)
     result = risk_controlled(exp, "gold_dropped_first<=0.3", front=front)
     assert result.risk["gold_dropped_first"][0] == pytest.approx(first.values[0, first.eligible].mean())
+
+
+def test_the_tightest_bound_is_guaranteed_and_a_tighter_one_is_not(tmp_path: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from crag_lab.cli import main
+    from crag_lab.replay.guarantee import tightest_bound
+
+    exp = synthetic(120, seed=7)
+    grid = {"relevance_floor": FLOORS, "generate_threshold": [0.7], "vector_score_threshold": [0.8]}
+    tight = tightest_bound(exp, "gold_dropped<=0.01", delta=0.1, **grid)
+    assert tight is not None and tight.loss == "gold_dropped" and 0.01 < tight.alpha < 1
+    assert risk_controlled(exp, tight, delta=0.1, **grid).setting is not None
+    assert risk_controlled(exp, Guarantee("gold_dropped", tight.alpha - 0.002), delta=0.1, **grid).setting is None
+    # a smaller delta asks more of the same questions: the tightest bound can only loosen
+    stricter = tightest_bound(exp, "gold_dropped<=0.01", delta=0.01, **grid)
+    assert stricter is not None and stricter.alpha >= tight.alpha
+    # the CLI says it where the asked-for bound cannot be guaranteed
+    path = exp.save(tmp_path / "syn.jsonl")
+    assert main(["tune", str(path), "--guarantee", "gold_dropped<=0.01"]) == 0
+    assert "No setting of the grid can be guaranteed" in (out := capsys.readouterr().out)
+    whole = tightest_bound(Experiment.load(path), "gold_dropped<=0.01", delta=0.1)
+    assert whole is not None and f'--guarantee "gold_dropped<={whole.alpha:g}"' in out

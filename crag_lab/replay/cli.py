@@ -99,7 +99,7 @@ def _print_guarantee(args: argparse.Namespace, exp: Any, front: Any, labels: Any
     """``--guarantee``: the procedure, its numbers, the guaranteed settings and the pick."""
     import pandas as pd
 
-    from crag_lab.replay.guarantee import risk_controlled
+    from crag_lab.replay.guarantee import risk_controlled, tightest_bound
 
     g = risk_controlled(exp, args.guarantee, delta=args.delta, procedure=args.procedure, metric=args.metric,
                         budget_calls=args.budget, needs_rerun=args.needs_rerun, front=front, labels=labels)
@@ -111,6 +111,11 @@ def _print_guarantee(args: argparse.Namespace, exp: Any, front: Any, labels: Any
     if g.setting is None:
         print("No setting of the grid can be guaranteed: record more labelled questions, loosen the bound or "
               "raise delta.")
+        if len(g.guarantees) == 1:
+            tight = tightest_bound(exp, g.guarantees[0], delta=args.delta, procedure=args.procedure, metric=args.metric,
+                                   budget_calls=args.budget, needs_rerun=args.needs_rerun, front=front, labels=labels)
+            print(f"The tightest bound these questions can guarantee: --guarantee \"{tight.loss}<={tight.alpha:g}\"."
+                  if tight is not None else f"Not even the loosest bound of {g.guarantees[0].loss} can be guaranteed.")
         return 0
     table = g.table().sort_values([args.metric, "calls_per_question"], ascending=[False, True]).head(15)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):

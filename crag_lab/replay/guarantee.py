@@ -414,6 +414,35 @@ def risk_controlled(experiment: Recorded, guarantee: str | Guarantee | Sequence[
                            scales)
 
 
+
+def tightest_bound(experiment: Recorded, guarantee: str | Guarantee, *, front: Frontier | None = None,
+                   labels: Mapping[str, Mapping[str, Any]] | None = None, calls_cap: int | None = None,
+                   steps: int = 24, **kwargs: Any) -> Guarantee | None:
+    """The smallest bound of ``guarantee``'s loss that `risk_controlled` can guarantee for some setting.
+
+    Same ``delta``, procedure, p-value and calibration questions (``kwargs`` as for `risk_controlled`);
+    only the bound's value moves, by bisection (guaranteed settings only grow as the bound loosens),
+    rounded up to three decimals. None when not even the loosest bound of that loss can be guaranteed.
+    What a user with too few questions asks next: "then what *can* these questions promise?"
+    """
+    (wanted,) = parse_guarantees(guarantee)
+    if front is None:
+        front = frontier(experiment, labels=labels, metric=kwargs.get("metric", "gold_f1"))
+    losses = {wanted.loss: question_losses(experiment, front, wanted.loss, labels=labels, calls_cap=calls_cap)}
+    scale = losses[wanted.loss].scale
+
+    def guaranteed(alpha: float) -> bool:
+        return risk_controlled(experiment, Guarantee(wanted.loss, alpha), front=front, labels=labels,
+                               losses=losses, calls_cap=calls_cap, **kwargs).setting is not None
+
+    low, high = 0.0, scale * (1.0 - 1e-9)
+    if not guaranteed(high):
+        return None
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (low, mid) if guaranteed(mid) else (mid, high)
+    return Guarantee(wanted.loss, math.ceil(high * 1000 - 1e-6) / 1000)
+
 def _pick(front: Frontier, questions: np.ndarray, valid: np.ndarray, metric: str,
           budget_calls: float | None) -> int | None:
     """The valid setting with the most ``metric`` on ``questions`` (within the budget), ties to fewer calls.
