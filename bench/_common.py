@@ -207,6 +207,14 @@ def emit(result: Mapping[str, Any], json_out: str | None) -> None:
         print(text)
 
 
+def publish(out: Path, text: str, result: Mapping[str, Any], *, write: bool = True) -> None:
+    """A study's report: its Markdown printed, and (unless ``write`` is false) kept as ``out`` beside ``out``'s .json."""
+    print(text)
+    if write:
+        out.write_text(text, encoding="utf-8")
+        out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def log(message: str) -> None:
     """Progress to stderr with a timestamp (stdout is kept for results)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -23,12 +23,11 @@ The frozen test split is only measured here: this study changes nothing that shi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from _common import KB, ROOT, log
+from _common import KB, ROOT, log, publish
 from study_answerability import capture
 
 from crag_lab.eval import load_dataset
@@ -156,11 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if server is not None:
             server.stop()
     result = {"runs": runs, "top": args.top, "reader": reader}
-    text = markdown(result)
-    print(text)
-    if not args.no_write:
-        OUT.write_text(text, encoding="utf-8")
-        OUT.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 
 

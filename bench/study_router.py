@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, SHARED_DATASETS, log
+from _common import ROOT, SHARED_DATASETS, log, publish
 
 from crag_lab.learned import router_data
 from crag_lab.learned.router import LearnedRouter
@@ -316,11 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "name": args.baseline_name, "folder": args.baseline_label or args.baseline_dir,
                   "card": {**{k: baseline.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
                            "chitchat_min": baseline.chitchat_min}}}
-    text = markdown(result)
-    print(text)
-    if not args.no_write:
-        OUT.write_text(text, encoding="utf-8")
-        OUT.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from _common import KB, ROOT, SHARED_DATASETS, log
+from _common import KB, ROOT, SHARED_DATASETS, log, publish
 from study_answerability import capture
 
 from crag_lab.eval import load_dataset
@@ -218,11 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {"kb": kb, "squad": squad(scorer, lab), "hotpot": hotpot(scorer, lab),
               "card": {k: scorer.card.trained.get(k) for k in ("steps", "pairs", "sources")},
               "threshold": scorer.card.abstain_below}
-    text = markdown(result)
-    print(text)
-    if not args.no_write:
-        OUT.write_text(text, encoding="utf-8")
-        OUT.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 
 
