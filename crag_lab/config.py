@@ -236,6 +236,10 @@ class TraceSettings(EnvFileSettings):
         return value
 
 
+OfflineRouter = Literal["rules", "learned"]
+"""The offline routers by name: ``rules`` (phrase rules and prototypes, the default) and ``learned``."""
+
+
 class OfflineSettings(EnvFileSettings):
     """How the offline model decides: arguments > environment (``CRAG_OFFLINE_``) > `.env` > defaults.
 
@@ -251,5 +255,5 @@ class OfflineSettings(EnvFileSettings):
     model_config = SettingsConfigDict(env_prefix="CRAG_OFFLINE_", env_file=".env", env_file_encoding="utf-8",
                                       extra="ignore", frozen=True)
 
-    router: Literal["rules", "learned"] = Field(
+    router: OfflineRouter = Field(
         "rules", description="'rules' (phrase rules and prototypes) or 'learned' (a trained classifier).")

@@ -21,19 +21,20 @@ import json
 import re
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 
+from crag_lab.config import OfflineRouter
 from crag_lab.offline.text import content_terms
 
 if TYPE_CHECKING:
     from crag_lab.learned.router import Route
     from crag_lab.offline.vectors import VectorCache
 
-Router = Literal["rules", "learned"]
-ROUTERS: tuple[str, ...] = get_args(Router)
-"""The routers by name: ``rules`` (phrase rules and prototypes, the default) and ``learned``."""
+Router = OfflineRouter
+ROUTERS: tuple[str, ...] = get_args(OfflineRouter)
+"""The routers by name (`crag_lab.config.OfflineRouter`, the setting's own type)."""
 
 MEANING_MARGIN = 0.04
 """Chitchat by meaning: the nearest chitchat prototype must beat the nearest question prototype by this."""
