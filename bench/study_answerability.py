@@ -57,9 +57,9 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
     box: dict[str, list[dict[str, Any]]] = {}
     original = synthesizer.respond
 
-    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache) -> tuple[str, str | None]:
+    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache, *rest: Any) -> tuple[str, str | None]:
         box["evidence"] = [dict(e) for e in evidence]
-        return original(query, evidence, cache)
+        return original(query, evidence, cache, *rest)
 
     synthesizer.respond = spy  # the offline model looks the function up on the module at each call
     out = []

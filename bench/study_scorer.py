@@ -206,10 +206,11 @@ def markdown(result: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--scorer", help="a scorer folder other than the one that ships (a candidate)")
     args = parser.parse_args(argv)
     from crag_lab import Lab
 
-    scorer = AnswerScorer.load()
+    scorer = AnswerScorer.load(args.scorer)
     lab = Lab.from_directory(KB, remote=False)
     kb = {}
     for split, path in SPLITS.items():

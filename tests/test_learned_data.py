@@ -3,10 +3,17 @@ documentation questions point at the row they were written from."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crag_lab.learned.data import cross_doc_pairs, doc_pairs, other_article_pairs, squad_pairs
+from crag_lab.learned import fit
+from crag_lab.learned.data import cross_doc_pairs, doc_pairs, other_article_pairs, same_article_pairs, squad_pairs
 from crag_lab.learned.train import abstention_threshold
 
 ROW = {"id": "Gate/p0/q0", "title": "Gate_Way", "question": "Which port does it use?",
@@ -93,3 +100,50 @@ def test_the_abstention_threshold_keeps_false_abstention_within_its_share() -> N
     answerable = [i / 100 for i in range(100)]
     threshold = abstention_threshold(answerable, [0.1, 0.2], max_false=0.15)
     assert sum(s < threshold for s in answerable) <= 15
+
+
+def test_near_miss_groups_use_another_paragraph_of_the_same_article_without_the_answer() -> None:
+    rows = [ROW,
+            {**ROW, "id": "Gate/p1/q0", "context": "The gateway port is documented by the platform team. It rotates keys."},
+            {**ROW, "id": "Gate/p2/q0", "context": "Port 8443 is also named in the appendix. Nothing else."},
+            {**ROW, "id": "Other/p0/q0", "title": "Other", "context": "Which port does the gateway use? Nobody knows."}]
+    pairs = same_article_pairs(rows, share=1.0, negatives=5)
+    from_first = [p for p in pairs if p.group == "Gate/p0/q0/same"]
+    # the own article's other paragraph sharing the question's words, not the one holding "8443",
+    # never another article's paragraph, never the question's own paragraph
+    assert sorted(p.text for p in from_first) == ["Gate Way: It rotates keys.",
+                                                   "Gate Way: The gateway port is documented by the platform team."]
+    assert {p.label for p in pairs} == {0} and {p.source for p in pairs} == {"same-article"}
+    assert same_article_pairs(rows, share=0.0) == []
+
+
+def test_a_pairs_file_stores_each_text_once_and_reads_back_in_order(tmp_path: Path) -> None:
+    pairs = [("Which port?", "Ports: 8443.", 1), ("Which port?", "Ports: TLS.", 0), ("Who?", "Ports: 8443.", 0)]
+    path = tmp_path / "pairs.json.gz"
+    fit.write_pairs(path, pairs)
+    questions, texts, labels = fit.read_pairs(path)
+    assert list(zip(questions, texts, labels, strict=True)) == pairs
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    assert raw["texts"] == ["Ports: 8443.", "Ports: TLS."] and raw["questions"] == ["Which port?", "Who?"]
+
+
+def test_fit_runs_as_a_plain_script_without_crag_lab_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    from crag_lab.embeddings import model_dir
+
+    pairs = [("Which port?", "Ports: The gateway listens on 8443.", 1), ("Which port?", "Ports: It uses TLS.", 0)] * 4
+    fit.write_pairs(tmp_path / "p.json.gz", pairs)
+    script = Path(fit.__file__)
+    # crag_lab made unimportable: the script needs torch, transformers and peft only (a GPU machine has those)
+    code = ("import runpy, sys; sys.modules['crag_lab'] = None; sys.argv = ['fit.py'] + sys.argv[1:]; "
+            f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    args = ["--pairs", str(tmp_path / "p.json.gz"), "--base", str(model_dir()), "--work", str(tmp_path / "w"),
+            "--batch", "4", "--epochs", "1", "--warmup", "1", "--checkpoint-every", "1"]
+    first = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "a")],
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert json.loads((tmp_path / "a" / "fit.json").read_text())["steps"] == 2
+    assert (tmp_path / "a" / "adapter_model.safetensors").is_file()
+    again = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "b")],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "resuming at step 2 of 2" in again.stdout

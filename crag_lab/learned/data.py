@@ -7,6 +7,8 @@ score. Three public sources, none of them an evaluation set or the bundled knowl
 - SQuAD v1.1 train: the unit holding the answer is a positive, the paragraph's other units are hard
   negatives; a question set against a paragraph of *another* article that shares its words gives an
   unanswerable group (every unit negative).
+  A question set against another paragraph of its *own* article (same names, no answer) gives a
+  near-miss unanswerable group.
 - SQuAD 2.0 train (excerpt): its unanswerable questions against their own paragraph, every unit negative.
 - Engineering documentation (the READMEs of permissively licensed Python packages): templated
   questions over table rows, ``key: value`` rows and install commands, the other rows of the same
@@ -109,6 +111,39 @@ def other_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, nega
         other_title, context = pool[best]
         texts = [unit_text(other_title, u) for u in units_of(1, context, other_title)]
         out += [Pair(row["question"], t, 0, f"{row['id']}/other", "other-article")
+                for t in rng.sample(texts, min(len(texts), negatives))]
+    return out
+
+
+def same_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, negatives: int = 3,
+                       seed: int = 0) -> list[Pair]:
+    """Near-miss unanswerable groups: a question against *another paragraph of its own article*.
+
+    For ``share`` of the questions, the article's other paragraph holding most of the question's
+    content words (and not its answer) is used; every one of its units is a negative. Same topic,
+    same names, no answer: the shape of SQuAD 2.0's written unanswerable questions.
+    """
+    rng = random.Random(seed)
+    by_title: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        contexts = by_title[str(row["title"])]
+        if str(row["context"]) not in contexts:
+            contexts.append(str(row["context"]))
+    terms = {c: frozenset(content_terms(c)) for cs in by_title.values() for c in cs}
+    out: list[Pair] = []
+    for row in rows:
+        if rng.random() >= share:
+            continue
+        answers = [_norm(a) for a in row["answers"] if a.strip()]
+        q_terms = set(content_terms(str(row["question"])))
+        others = [c for c in by_title[str(row["title"])]
+                  if c != row["context"] and not any(a in _norm(c) for a in answers)]
+        if not others or not q_terms:
+            continue
+        context = max(others, key=lambda c: (len(q_terms & terms[c]), c))
+        title = _title(str(row["title"]))
+        texts = [unit_text(title, u) for u in units_of(1, context, title)]
+        out += [Pair(row["question"], t, 0, f"{row['id']}/same", "same-article")
                 for t in rng.sample(texts, min(len(texts), negatives))]
     return out
 

@@ -1,9 +1,20 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
+Two recipes (``--recipe``), the same code and sources, sized for the machine:
+
+- ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
+  query/key/value projections, one epoch of batches of 32.
+- ``gpu``: every SQuAD v1.1 train question outside the held-out articles, near-miss unanswerable
+  groups from the question's own article, the READMEs of every environment named with ``--site``,
+  and an adapter on every linear layer, two epochs of batches of 256. Run it in three steps:
+  ``--dump-pairs pairs.json.gz`` here, ``python crag_lab/learned/fit.py --pairs pairs.json.gz --base
+  MODEL_DIR --out ADAPTER --device cuda ...`` there (it needs torch, transformers and peft only), and
+  ``--adapter ADAPTER`` here to measure it on the held-out data and write the card.
+
 Seeded and resumable: the pairs are drawn with ``--seed``, the batches in a seeded order, and a
-checkpoint (adapter, optimiser, step) is written every ``--checkpoint-every`` steps to ``--work``;
-running the same command again continues from the last one. The finished adapter, head, ``scorer.json``
-and the measured numbers go to ``--out`` (default: the folder that ships, ``crag_lab/_data/scorer``).
+checkpoint is written every ``--checkpoint-every`` steps to ``--work`` (`crag_lab.learned.fit`). The
+finished adapter, head, ``scorer.json`` and the measured numbers go to ``--out`` (default: the
+folder that ships, ``crag_lab/_data/scorer``).
 
 Sources (``--train-dir`` is the folder with ``squad11_train.jsonl.gz`` and
 ``squad2_train_excerpt.jsonl.gz``; the documentation is the markdown README of every permissively
@@ -19,6 +30,7 @@ import hashlib
 import importlib.metadata
 import json
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -28,7 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from crag_lab.learned.data import Pair, cross_doc_pairs, doc_pairs, other_article_pairs, squad_pairs
+from crag_lab.learned import fit as fitting
+from crag_lab.learned.data import (
+    Pair,
+    cross_doc_pairs,
+    doc_pairs,
+    other_article_pairs,
+    same_article_pairs,
+    squad_pairs,
+)
 from crag_lab.learned.scorer import SCORER_DIR, base_model
 
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation", "Unlicense", "0BSD", "Zlib")
@@ -49,11 +69,15 @@ def _licence(meta: Any) -> str:
     return str(text)
 
 
-def documentation() -> list[tuple[str, str, str, str]]:
-    """(name, version, licence, markdown) of every installed distribution with a permissive licence
-    and a markdown description of 500 characters or more, sorted by name (one entry per name)."""
+def documentation(sites: Sequence[str] = ()) -> list[tuple[str, str, str, str]]:
+    """(name, version, licence, markdown) of every distribution installed beside crag_lab (and in
+    the ``sites`` folders) with a permissive licence and a markdown description of 500 characters
+    or more, sorted by name (one entry per name: the running environment's wins)."""
     seen: dict[str, tuple[str, str, str, str]] = {}
-    for dist in importlib.metadata.distributions():
+    dists = list(importlib.metadata.distributions())
+    if sites:
+        dists += list(importlib.metadata.distributions(path=[str(s) for s in sites]))
+    for dist in dists:
         meta: Any = dist.metadata  # an email.message.Message underneath: get, get_all, get_payload
         name = str(meta["Name"]).lower()
         body = meta.get_payload() or meta.get("Description") or ""
@@ -63,6 +87,30 @@ def documentation() -> list[tuple[str, str, str, str]]:
             continue
         seen.setdefault(name, (name, str(meta["Version"]), licence, str(body)))
     return [seen[k] for k in sorted(seen)]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How much data and which adapter: the two recipes differ only in size."""
+
+    questions: int  # SQuAD v1.1 train questions drawn (0: all outside the held-out articles)
+    other_share: float  # share of questions also set against another article's paragraph
+    same_share: float  # share also set against another paragraph of their own article
+    doc_limit: int  # templated groups per README
+    docs_repeat: int  # each README pair is seen this many times per epoch (they are few beside SQuAD's)
+    rank: int
+    targets: str
+    lr: float
+    batch: int
+    epochs: float
+    max_length: int
+    warmup: int
+
+
+RECIPES = {
+    "cpu": Recipe(6000, 0.25, 0.0, 60, 3, 16, "qkv", 5e-4, 32, 1.0, 96, 50),
+    "gpu": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200),
+}
 
 
 @dataclass(frozen=True)
@@ -76,7 +124,7 @@ class TrainingSet:
     held_docs: list[str]
 
 
-def build(train_dir: Path, *, questions: int, seed: int, docs_repeat: int = 3) -> TrainingSet:
+def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = ()) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles and whole documents."""
     rng = random.Random(seed)
     squad = _read_jsonl(train_dir / "squad11_train.jsonl.gz")
@@ -85,19 +133,26 @@ def build(train_dir: Path, *, questions: int, seed: int, docs_repeat: int = 3) -
     held_titles = set(titles[: len(titles) // 20])
     train_rows = [r for r in squad if r["title"] not in held_titles]
     val_rows = [r for r in squad if r["title"] in held_titles]
-    train_rows = rng.sample(train_rows, min(questions, len(train_rows)))
-    val_rows = rng.sample(val_rows, min(max(questions // 10, 200), len(val_rows)))
+    wanted = recipe.questions or len(train_rows)
+    train_rows = rng.sample(train_rows, min(wanted, len(train_rows)))
+    val_rows = rng.sample(val_rows, min(max(min(wanted // 10, 2000), 200), len(val_rows)))
     excerpt = [r for r in _read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz") if r["is_impossible"]]
     ex_titles = sorted({r["title"] for r in excerpt})
-    docs = documentation()
-    doc_sets = [doc_pairs(name, body, seed=seed) for name, _, _, body in docs]
+    docs = documentation(sites)
+    doc_sets = [doc_pairs(name, body, seed=seed, limit=recipe.doc_limit) for name, _, _, body in docs]
     held_docs = {i for i in range(len(docs)) if int(hashlib.sha256(docs[i][0].encode()).hexdigest(), 16) % 5 == 0}
     train_docs = [d for i, d in enumerate(doc_sets) if i not in held_docs]
     val_docs = [d for i, d in enumerate(doc_sets) if i in held_docs]
-    train = (squad_pairs(train_rows, seed=seed) + other_article_pairs(train_rows, share=0.25, seed=seed)
+
+    def near_miss(rows: Sequence[dict[str, Any]], s: int) -> list[Pair]:
+        return same_article_pairs(rows, share=recipe.same_share, seed=s) if recipe.same_share else []
+
+    train = (squad_pairs(train_rows, seed=seed) + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
+             + near_miss(train_rows, seed)
              + squad_pairs([r for r in excerpt if r["title"] == ex_titles[0]], seed=seed)
-             + [p for d in train_docs for p in d] * docs_repeat + cross_doc_pairs(train_docs, seed=seed) * docs_repeat)
+             + ([p for d in train_docs for p in d] + cross_doc_pairs(train_docs, seed=seed)) * recipe.docs_repeat)
     val = (squad_pairs(val_rows, seed=seed + 1) + other_article_pairs(val_rows, share=0.25, seed=seed + 1)
+           + same_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + squad_pairs([r for r in excerpt if r["title"] != ex_titles[0]], seed=seed + 1)
            + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1))
     return TrainingSet(train, val, [(n, v, lic) for n, v, lic, _ in docs], sorted(docs[i][0] for i in held_docs))
@@ -149,82 +204,60 @@ def abstention_threshold(best_answerable: Sequence[float], best_unanswerable: Se
     return float(ranked[int(np.floor(max_false * len(ranked)))]) if len(ranked) else 0.5
 
 
+def _adapter_scorer(folder: Path, max_length: int) -> Any:
+    from peft import PeftModel
+
+    from crag_lab.learned.scorer import AnswerScorer, ScorerCard
+
+    model, tokenizer = base_model()
+    model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    model.eval()
+    return AnswerScorer(model, tokenizer, ScorerCard(max_length, 0.5, {}))
+
+
 def train(args: argparse.Namespace) -> None:
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
 
-    torch.manual_seed(args.seed)
+    recipe = RECIPES[args.recipe]
     torch.set_num_threads(args.threads)
-    data = build(Path(args.train_dir), questions=args.questions, seed=args.seed)
+    data = build(Path(args.train_dir), recipe=recipe, seed=args.seed, sites=args.site)
     pairs = data.train
     print(f"training pairs: {len(pairs)} {dict(Counter(p.source for p in pairs))}; validation {len(data.val)}", flush=True)
-    order = list(range(len(pairs)))
-    random.Random(args.seed).shuffle(order)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = base_model()
-    state_file = work / "state.pt"
-    if state_file.exists():
-        model = PeftModel.from_pretrained(model, str(work / "adapter"), is_trainable=True)
-    else:
-        model = get_peft_model(model, LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.1,
-                                                 target_modules=["query", "key", "value"],
-                                                 modules_to_save=["classifier", "pooler"], task_type="SEQ_CLS"))
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
-    steps = (len(order) + args.batch - 1) // args.batch
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min(1.0, (s + 1) / 50) * max(0.0, 1 - s / steps))
-    step = 0
-    if state_file.exists():
-        saved = torch.load(state_file, weights_only=False)
-        optimiser.load_state_dict(saved["optimiser"])
-        schedule.load_state_dict(saved["schedule"])
-        step = int(saved["step"])
-        torch.set_rng_state(saved["rng"])
-        print(f"resuming at step {step} of {steps}", flush=True)
-    model.train()
-    started = time.time()
-    while step < steps:
-        batch = [pairs[i] for i in order[step * args.batch:(step + 1) * args.batch]]
-        enc = tokenizer([p.question for p in batch], [p.text for p in batch], truncation="only_second",
-                        max_length=args.max_length, padding=True, return_tensors="pt")
-        logits = model(**enc).logits.reshape(-1)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor([float(p.label) for p in batch]))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimiser.step()
-        schedule.step()
-        optimiser.zero_grad()
-        step += 1
-        if step % 20 == 0:
-            print(f"step {step}/{steps} loss {loss.item():.4f} {(time.time() - started) / 60:.1f} min", flush=True)
-        if step % args.checkpoint_every == 0 or step == steps:
-            model.save_pretrained(str(work / "adapter"))
-            torch.save({"optimiser": optimiser.state_dict(), "schedule": schedule.state_dict(), "step": step,
-                        "rng": torch.get_rng_state()}, state_file)
-    model.eval()
+    if args.dump_pairs:
+        fitting.write_pairs(args.dump_pairs, [(p.question, p.text, p.label) for p in pairs])
+        print(f"wrote {args.dump_pairs}: fit it with python crag_lab/learned/fit.py --pairs {args.dump_pairs} "
+              f"--seed {args.seed} --rank {recipe.rank} --targets {recipe.targets} --lr {recipe.lr} --batch {recipe.batch} "
+              f"--epochs {recipe.epochs} --max-length {recipe.max_length} --warmup {recipe.warmup} ...", flush=True)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
+    if args.adapter:  # fitted elsewhere (fit.py on a GPU): measure it here
+        done = json.loads((Path(args.adapter) / "fit.json").read_text(encoding="utf-8"))
+        if Path(args.adapter).resolve() != out.resolve():
+            for name in ("adapter_config.json", "adapter_model.safetensors"):
+                shutil.copyfile(Path(args.adapter) / name, out / name)
+    else:
+        from crag_lab.embeddings import model_dir
 
-    def predict(batch_pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        from crag_lab.learned.scorer import AnswerScorer, ScorerCard
-
-        return AnswerScorer(model, tokenizer, ScorerCard(args.max_length, 0.5, {})).predict(batch_pairs)
-
-    report = evaluate(predict, data.val)
+        done = fitting.fit([p.question for p in pairs], [p.text for p in pairs], [p.label for p in pairs],
+                           base=model_dir(), out=out, work=args.work, seed=args.seed, rank=recipe.rank,
+                           targets=recipe.targets, lr=recipe.lr, batch=recipe.batch, epochs=recipe.epochs,
+                           max_length=recipe.max_length, warmup=recipe.warmup,
+                           checkpoint_every=args.checkpoint_every)
+    scorer = _adapter_scorer(out, recipe.max_length)
+    started = time.time()
+    report = evaluate(scorer.predict, data.val)
     best = report.pop("_best")
     threshold = abstention_threshold(best["answerable"], best["unanswerable"])
     abstains = float(np.mean([s < threshold for s in best["unanswerable"]])) if best["unanswerable"] else None
     card = {
-        "max_length": args.max_length, "abstain_below": round(threshold, 4),
+        "max_length": recipe.max_length, "abstain_below": round(threshold, 4),
         "trained": {
-            "seed": args.seed, "questions": args.questions, "rank": args.rank, "lr": args.lr, "batch": args.batch,
-            "steps": steps, "pairs": len(pairs), "sources": dict(Counter(p.source for p in pairs)),
+            **done, "recipe": args.recipe, "questions": recipe.questions, "pairs": len(pairs),
+            "sources": dict(Counter(p.source for p in pairs)),
             "validation": report, "abstention_on_unanswerable_groups": abstains,
             "documentation": [list(d) for d in data.docs], "held_out_documents": data.held_docs,
-            "minutes": round((time.time() - started) / 60, 1),
+            "validation_minutes": round((time.time() - started) / 60, 1),
         },
     }
     (out / "scorer.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -235,14 +268,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.train", description=__doc__)
     parser.add_argument("--train-dir", required=True,
                         help="folder with squad11_train.jsonl.gz and squad2_train_excerpt.jsonl.gz (see the data card)")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="cpu")
+    parser.add_argument("--site", action="append", default=[],
+                        help="another site-packages folder whose READMEs to read (repeatable)")
+    parser.add_argument("--dump-pairs", help="write the training pairs to this file for fit.py and stop")
+    parser.add_argument("--adapter", help="a folder fit.py wrote: measure it and write the card instead of training")
     parser.add_argument("--out", default=str(SCORER_DIR))
     parser.add_argument("--work", default=".cache/scorer-train", help="checkpoints; rerun to resume")
-    parser.add_argument("--questions", type=int, default=6000, help="SQuAD v1.1 train questions drawn")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--checkpoint-every", type=int, default=100)
     train(parser.parse_args(argv))
