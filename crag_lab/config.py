@@ -240,12 +240,19 @@ OfflineRouter = Literal["rules", "learned"]
 """The offline routers by name: ``rules`` (phrase rules and prototypes, the default) and ``learned``."""
 
 
+OfflineReader = Literal["rules", "learned"]
+"""The offline readers by name: ``rules`` (the synthesizer's support score, the default) and ``learned``
+(its ranking re-ordered by the trained answer scorer, which also decides when to abstain)."""
+
+
 class OfflineSettings(EnvFileSettings):
     """How the offline model decides: arguments > environment (``CRAG_OFFLINE_``) > `.env` > defaults.
 
     ``router`` (``CRAG_OFFLINE_ROUTER``) picks the offline router: ``rules`` (phrase rules and
     prototypes, the default) or ``learned`` (a classifier trained on public chit-chat and question
-    sets, `crag_lab.learned.LearnedRouter`). Kept apart from `CragConfig`: it is part of which model
+    sets, `crag_lab.learned.LearnedRouter`); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
+    reader: ``rules`` (the default) or ``learned`` (`crag_lab.learned.AnswerScorer` re-ranks the top
+    units and decides when to abstain). Kept apart from `CragConfig`: it is part of which model
     answers (its cache identity), not a threshold of the loop.
 
     >>> OfflineSettings(router="learned").router
@@ -257,3 +264,6 @@ class OfflineSettings(EnvFileSettings):
 
     router: OfflineRouter = Field(
         "rules", description="'rules' (phrase rules and prototypes) or 'learned' (a trained classifier).")
+    reader: OfflineReader = Field(
+        "rules", description="'rules' (the synthesizer's support score) or 'learned' (the trained answer scorer "
+                             "re-ranks the top units and decides when to abstain).")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
 from crag_lab.offline.router import check_router
+from crag_lab.offline.synthesizer import check_reader
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
 
 if TYPE_CHECKING:
@@ -34,7 +35,9 @@ class OfflineModel:
 
     ``router`` picks the router (`crag_lab.offline.router.ROUTERS`): ``"rules"`` or ``"learned"``;
     None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"rules"``).
-    An unknown name raises a `ValueError` naming the valid ones.
+    ``reader`` picks how the synthesizer ranks units and decides to abstain: ``"rules"`` or
+    ``"learned"`` (the trained answer scorer, `crag_lab.offline.synthesizer.learned_ranked`); None
+    reads ``CRAG_OFFLINE_READER``. An unknown name raises a `ValueError` naming the valid ones.
 
     >>> from crag_lab.offline import OfflineModel
     >>> OfflineModel().complete("analyze", "", {"query": "hello!", "available_tools": []}).text
@@ -44,12 +47,16 @@ class OfflineModel:
     name = "offline"
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
-                 router: str | None = None) -> None:
-        if router is None:
+                 router: str | None = None, reader: str | None = None) -> None:
+        if router is None or reader is None:
             from crag_lab.config import OfflineSettings
 
-            router = OfflineSettings().router
+            settings = OfflineSettings()
+            router = settings.router if router is None else router
+            reader = settings.reader if reader is None else reader
         self.router = check_router(router)
+        self.reader = check_reader(reader)
+        self._scorer: Any = None
         store = model_name = None
         if kb is not None:
             store, model_name = kb.cache_dir / STORE_FILE, kb.embed_model.model_name
@@ -93,9 +100,23 @@ class OfflineModel:
         return cache.encoded - before
 
     def cache_identity(self) -> dict[str, str]:
-        """What identifies this model's replies: its name, and the router when it is not the default
-        (a response cache or a run journal never mixes the two routers' answers)."""
-        return {"name": self.name} if self.router == "rules" else {"name": self.name, "router": self.router}
+        """What identifies this model's replies: its name, and the router and reader when they are not
+        the defaults (a response cache or a run journal never mixes their answers)."""
+        identity = {"name": self.name}
+        if self.router != "rules":
+            identity["router"] = self.router
+        if self.reader != "rules":
+            identity["reader"] = self.reader
+        return identity
+
+    @property
+    def scorer(self) -> Any:
+        """The learned answer scorer (`crag_lab.learned.AnswerScorer`), loaded on first use."""
+        if self._scorer is None:
+            from crag_lab.learned import AnswerScorer
+
+            self._scorer = AnswerScorer.load()
+        return self._scorer
 
     @property
     def grader(self) -> CalibratedGrader:
@@ -127,5 +148,6 @@ class OfflineModel:
                 return synthesizer.chitchat(query), None
             if kind == "normal":
                 return synthesizer.NORMAL_ANSWER, None
-            return synthesizer.respond(query, inputs.get("evidence", []), self._seeded())
+            return synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
+                                       self.scorer if self.reader == "learned" else None)
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -23,7 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, get_args
 
+from crag_lab.config import OfflineReader
 from crag_lab.offline import router
 from crag_lab.offline.reading import (
     Reading,
@@ -32,6 +34,7 @@ from crag_lab.offline.reading import (
     echoes,
     has_term,
     label_names_asked,
+    _unit_key,
     read,
     unit_support,
 )
@@ -51,6 +54,9 @@ from crag_lab.offline.units import (
 )
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
+
+READERS: tuple[str, ...] = get_args(OfflineReader)
+"""The readers by name (`crag_lab.config.OfflineReader`, the setting's own type)."""
 
 ABSTAIN_BELOW = 0.75
 """A best unit whose support (cosine + 0.6 × word coverage ± answer-kind bonus) is below this is no
@@ -76,6 +82,18 @@ MAX_UNITS = 3
 COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
+LEARNED_TOP_K = 8
+"""The learned reader (`learned_ranked`) asks the scorer about this many units, the top of `ranked`:
+about 40 ms on two CPU cores, where scoring every unit of the evidence would take seconds."""
+LEARNED_WEIGHT = 0.25
+"""What the scorer's probability adds to a unit's `answer_score` in the learned reader: the weight of
+`bench/study_scorer.py`'s grid (0.25, 0.5, 1.0) that ranks the answering unit first most often on the
+tuning split (it ties the rules there; the test split was not consulted)."""
+LEARNED_ABSTAINS_BY = "rules"
+"""Which score withholds the learned reader's answer: ``"rules"`` (the best unit's support against
+`ABSTAIN_BELOW`) or ``"scorer"`` (its answer probability against the scorer's own threshold, set on
+its training data). On the tuning split the scorer's threshold withheld 40 % of the answerable
+questions' answers (the rules: 8 %), so the rules decide (docs/dev/reader.md)."""
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+|\s+(?=\((?!\d))|,\s+(?=(?:and|but|which|while|so)\b)")
 
@@ -88,12 +106,24 @@ class Choice:
     support: float
     ungrounded: tuple[str, ...] = ()
     unnegated: bool = False
+    abstain_below: float = ABSTAIN_BELOW
+    measure: str = "support"
+    """What ``support`` is: the rules' ``"support"`` (against `ABSTAIN_BELOW`) or the learned scorer's
+    ``"answer probability"`` (against its card's threshold, set on its training data)."""
 
     @property
     def abstains(self) -> bool:
-        """No unit, a best unit below `ABSTAIN_BELOW`, a name of the question no evidence holds, or a
+        """No unit, a best unit below the threshold, a name of the question no evidence holds, or a
         question about what is not so that the quote does not negate (`answers_the_negation`)."""
-        return not self.units or self.support < ABSTAIN_BELOW or bool(self.ungrounded) or self.unnegated
+        return not self.units or self.support < self.abstain_below or bool(self.ungrounded) or self.unnegated
+
+
+def check_reader(name: str) -> str:
+    """``name`` when it is a reader (`READERS`), else a `ValueError` naming the valid ones."""
+    if name not in READERS:
+        raise ValueError(f"unknown reader {name!r}; choose one of: {', '.join(READERS)} "
+                         "(set CRAG_OFFLINE_READER or OfflineModel(reader=...))")
+    return name
 
 
 def answers_the_negation(query: str, kind: str | None, quoted: Sequence[str]) -> bool:
@@ -130,9 +160,34 @@ def ranked(reading: Reading) -> list[tuple[float, UnitReading]]:
     return sorted(scored, key=lambda su: (-su[0], len(su[1].unit.text)))
 
 
-def choose(reading: Reading) -> Choice:
-    """The units to quote for ``reading``'s question: the best one, then one per further part."""
+def learned_ranked(reading: Reading, scorer: Any) -> tuple[list[tuple[float, UnitReading]], float]:
+    """`ranked`, with its top `LEARNED_TOP_K` units re-ordered by ``answer_score + LEARNED_WEIGHT x p``,
+    where ``p`` is the learned scorer's probability that the unit (keyed ``"Title: unit"``, as it was
+    trained) answers the question; and the best ``p`` among them."""
     ordered = ranked(reading)
+    head = ordered[:LEARNED_TOP_K]
+    if not head:
+        return ordered, 0.0
+    titles = {item.n: item.title for item in reading.items}
+    probs = [float(p) for p in scorer.predict([(reading.query, _unit_key(titles.get(u.unit.n, ""), u.unit))
+                                                for _, u in head])]
+    rescored = [(score + LEARNED_WEIGHT * p, u) for (score, u), p in zip(head, probs, strict=True)]
+    rescored.sort(key=lambda su: (-su[0], len(su[1].unit.text)))
+    return rescored + ordered[LEARNED_TOP_K:], max(probs)
+
+
+def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) -> Choice:
+    """The units to quote for ``reading``'s question: the best one, then one per further part.
+
+    With a learned ``scorer`` (`crag_lab.learned.AnswerScorer`) the order is `learned_ranked`'s; with
+    ``abstain_by="scorer"`` (default `LEARNED_ABSTAINS_BY`) the answer is withheld when the best unit's
+    answer probability is below the scorer's own threshold (``scorer.card.abstain_below``, set on its
+    training data's unanswerable questions), with ``"rules"`` when its support is below `ABSTAIN_BELOW`.
+    """
+    if scorer is None:
+        ordered, learned = ranked(reading), None
+    else:
+        ordered, learned = learned_ranked(reading, scorer)
     if not ordered:
         return Choice((), 0.0)
     _, best = ordered[0]
@@ -152,6 +207,9 @@ def choose(reading: Reading) -> Choice:
     if other_side is not None:
         chosen.append(other_side)
     unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
+    if learned is not None and (abstain_by or LEARNED_ABSTAINS_BY) == "scorer":
+        return Choice(tuple(chosen), round(learned, 3), reading.ungrounded, unnegated,
+                      float(scorer.card.abstain_below), "answer probability")
     return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated)
 
 
@@ -283,14 +341,16 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
     return found_in[0]
 
 
-def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> tuple[str, str | None]:
-    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading.
+def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
+            scorer: Any = None) -> tuple[str, str | None]:
+    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading
+    (ranked with a learned ``scorer`` when one is given: `choose`).
 
     An answer opens with the asked thing in bold when the first quote holds it (`short_answer`):
     ``**8443** — Public listener: `8443` (TLS) [1].``
     """
     reading = read(query, evidence, cache)
-    choice = choose(reading)
+    choice = choose(reading, scorer)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in choice.units]
@@ -312,9 +372,12 @@ def why_abstained(choice: Choice) -> str:
         return "no evidence item has a sentence, row or line to quote"
     best = choice.units[0].unit
     quoted = best.text if len(best.text) <= 80 else best.text[:77] + "..."
-    if choice.unnegated and choice.support >= ABSTAIN_BELOW:
+    if choice.unnegated and choice.support >= choice.abstain_below:
         return (f"the question asks what is not so, and its best-matching unit ({quoted!r}, item [{best.n}]) "
                 "says nothing is not so")
+    if choice.measure != "support":
+        return (f"the learned scorer gives its best-matching unit ({quoted!r}, item [{best.n}]) answer "
+                f"probability {choice.support:.2f}, below its threshold {choice.abstain_below}")
     return (f"its best-matching unit ({quoted!r}, item [{best.n}]) has support {choice.support:.2f}, "
             f"below ABSTAIN_BELOW {ABSTAIN_BELOW}")
 

@@ -1,0 +1,257 @@
+"""The offline reader, measured rule by rule: the rules, the learned scorer, and an ablation row for each
+hand-written rule that stays.
+
+The reader is the synthesizer's choice of what to quote and when to abstain
+(`crag_lab.offline.synthesizer`). Every variant reads the *same evidence*: for the KB splits, what the
+default graph handed the synthesizer (captured once per question, `study_answerability.capture`); for
+HotpotQA dev (distractor), each question's ten paragraphs; for SQuAD 2.0 dev, the question's own
+paragraph. So a row differs from another only in how it reads.
+
+Variants:
+
+- ``rules``: what ships (`synthesizer.respond`).
+- ``learned (rules abstain)``: the learned reader (``CRAG_OFFLINE_READER=learned``): the scorer
+  re-orders the top `LEARNED_TOP_K` units, the rules' support decides when to abstain.
+- ``learned (scorer abstains)``: the same ranking; the scorer's own threshold (set on its training
+  data) decides when to abstain.
+- ``rules − X``: what ships without one hand-written rule: answer kinds (the kind bonus and
+  penalty and the finer shape), table labels (the label bonus), the names check (a name of the
+  question no evidence holds), the negation check (`synthesizer.answers_the_negation`).
+
+Metrics as `crag-lab eval` defines them (`crag_lab.eval.metrics`): containment, exact match and token
+F1 on answerable questions (an abstention contains nothing), citation precision over cited items,
+abstention on unanswerable and false abstention on answerable questions.
+
+``.venv/bin/python bench/study_reader.py`` writes ``docs/dev/reader.md`` and ``.json``; the shared
+datasets are skipped, saying so, when absent. Nothing here changes what ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import KB, ROOT, SCRATCH, log, publish
+from study_answerability import capture
+from study_scorer import shared_set
+
+from crag_lab.eval import load_dataset
+from crag_lab.eval import metrics as m
+from crag_lab.offline import reading, synthesizer
+from crag_lab.offline.vectors import VectorCache
+
+SPLITS = {"KB tuning": ROOT / "data" / "kb_queries.jsonl", "KB test": ROOT / "data" / "kb_queries_test.jsonl"}
+OUT = ROOT / "docs" / "dev" / "reader.md"
+CAPTURED = SCRATCH / "reader_evidence.json"
+HOTPOT_LIMIT = 100
+SQUAD_LIMIT = 250
+_MARK = re.compile(r"\[(\d+)\]")
+
+
+@contextlib.contextmanager
+def patched(target: Any, **values: Any) -> Iterator[None]:
+    old = {k: getattr(target, k) for k in values}
+    for k, v in values.items():
+        setattr(target, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(target, k, v)
+
+
+def _no_names(read: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+
+        return replace(read(*args, **kwargs), ungrounded=())
+    return wrapped
+
+
+def variants(scorer: Any) -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]]:
+    """Name -> a context in which `synthesizer.respond(q, ev, cache, scorer_or_None)` reads that way."""
+    s = synthesizer
+    return {
+        "rules": lambda: patched(s),
+        "learned (rules abstain)": lambda: patched(s, LEARNED_ABSTAINS_BY="rules"),
+        "learned (scorer abstains)": lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"),
+        "rules − answer kinds": lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0),
+        "rules − table labels": lambda: patched(s, LABEL_BONUS=0.0),
+        "rules − names check": lambda: patched(s, read=_no_names(reading.read)),
+        "rules − negation check": lambda: patched(s, answers_the_negation=lambda *a: True),
+    }
+
+
+def _lines(path: str, text: str, cache: dict[str, list[str]]) -> tuple[int | None, int | None]:
+    """Where ``text`` (whole lines of ``path``) sits in the knowledge base file, or (None, None)."""
+    if path not in cache:
+        file = KB / path
+        cache[path] = file.read_text(encoding="utf-8").split("\n") if file.is_file() else []
+    lines, want = cache[path], text.split("\n")
+    for i in range(len(lines) - len(want) + 1):
+        if lines[i] == want[0] and lines[i:i + len(want)] == want:
+            return i + 1, i + len(want)
+    return None, None
+
+
+def kb_cases(lab: Any) -> dict[str, list[dict[str, Any]]]:
+    """Per KB split: question, answers, answerable, gold locations and the captured evidence with its lines."""
+    if CAPTURED.is_file():
+        return json.loads(CAPTURED.read_text(encoding="utf-8"))
+    files: dict[str, list[str]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split, path in SPLITS.items():
+        log(f"reader study: capturing {split}")
+        queries = {q.id: q for q in load_dataset(path).queries}
+        rows = [q.row() for q in queries.values() if q.complexity != "chitchat"]
+        cases = []
+        for row, evidence in capture(lab, rows):
+            q = queries[row["id"]]
+            for item in evidence:
+                item["line"], item["line_end"] = _lines(str(item.get("path", "")), str(item["text"]), files)
+            cases.append({"question": q.question, "answers": list(q.answers), "answerable": q.answerable,
+                          "gold": [[g.path, g.start, g.end] for g in q.gold], "evidence": evidence})
+        out[split] = cases
+    CAPTURED.parent.mkdir(parents=True, exist_ok=True)
+    CAPTURED.write_text(json.dumps(out), encoding="utf-8")
+    return out
+
+
+def score(cases: Sequence[Mapping[str, Any]], answer: Callable[[str, list[dict[str, Any]]], str]) -> dict[str, Any]:
+    contained, em, f1, precision, abst_u, abst_a = [], [], [], [], [], []
+    for case in cases:
+        text = answer(case["question"], case["evidence"])
+        abstained = m.is_abstention(text)
+        by_n = {int(e.get("n", i + 1)): e for i, e in enumerate(case["evidence"])}
+        cited = [by_n[int(n)] for n in dict.fromkeys(_MARK.findall(text)) if int(n) in by_n]
+        if case["gold"] and cited:
+            gold = [m.GoldRef(p, s, e) for p, s, e in case["gold"]]
+            precision.append(np.mean([m.is_gold(c.get("path"), c.get("line"), c.get("line_end"), gold) for c in cited]))
+        if case["answerable"]:
+            abst_a.append(abstained)
+            contained.append(bool(m.answer_contained(text, case["answers"])))
+            em.append(bool(m.exact_match(text, case["answers"])))
+            f1.append(m.token_f1(text, case["answers"]) or 0.0)
+        else:
+            abst_u.append(abstained)
+
+    def mean(xs: Sequence[Any]) -> float | None:
+        return float(np.mean(xs)) if len(xs) else None
+
+    return {"questions": len(cases), "containment": mean(contained), "exact_match": mean(em), "token_f1": mean(f1),
+            "citation_precision": mean(precision), "abstention": mean(abst_u), "false_abstention": mean(abst_a)}
+
+
+def public_cases() -> dict[str, list[dict[str, Any]]]:
+    """HotpotQA dev (distractor): each question's ten paragraphs; SQuAD 2.0 dev: its own paragraph."""
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def items(corpus: Mapping[str, Mapping[str, Any]], ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"n": i + 1, "text": corpus[d]["text"], "title": corpus[d].get("title") or "", "path": d}
+                for i, d in enumerate(ids)]
+
+    found = shared_set("hotpotqa_distractor_dev250")
+    if found is not None:
+        corpus, queries = found
+        out["HotpotQA"] = [{"question": q["question"], "answers": q["answers"], "answerable": True,
+                            "gold": [[d, None, None] for d in q["gold_doc_ids"]],
+                            "evidence": items(corpus, q["context_doc_ids"])} for q in queries[:HOTPOT_LIMIT]]
+    found = shared_set("squad2_dev250")
+    if found is not None:
+        corpus, queries = found
+        out["SQuAD 2.0"] = [{"question": q["question"], "answers": q["answers"], "answerable": bool(q["answerable"]),
+                             "gold": [[q["paired_doc_id"], None, None]] if q["answerable"] else [],
+                             "evidence": items(corpus, [q["paired_doc_id"]])} for q in queries[:SQUAD_LIMIT]]
+    return out
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    sets = list(next(iter(result["rows"].values())))
+    head = ["# The offline reader, rule by rule", "",
+            "Written by `bench/study_reader.py` (see its docstring): every row reads the same evidence; "
+            "percentages. KB: containment / citation precision / abstention on unanswerable / false abstention. "
+            "HotpotQA: containment / exact match / token F1 (×100) / citation precision (gold paragraphs). "
+            "SQuAD 2.0: containment / abstention / false abstention.", ""]
+    cols = []
+    for name in sets:
+        cols.append(f"{name} ({result['sizes'][name]} q.)")
+    lines = head + ["| reader | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for variant, per_set in result["rows"].items():
+        cells = []
+        for name in sets:
+            r = per_set[name]
+            if name.startswith("KB"):
+                cells.append(" / ".join(pct(r[k]) for k in ("containment", "citation_precision", "abstention",
+                                                            "false_abstention")))
+            elif name == "HotpotQA":
+                cells.append(" / ".join(pct(r[k]) for k in ("containment", "exact_match", "token_f1",
+                                                            "citation_precision")))
+            else:
+                cells.append(" / ".join(pct(r[k]) for k in ("containment", "abstention", "false_abstention")))
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    base = result["rows"].get("rules", {})
+    ablations = [v for v in result["rows"] if v.startswith("rules −")]
+    if ablations and base:
+        checks = [(name, key, label) for name in sets for key, label in (
+            ("containment", "containment"), ("token_f1", "F1"), ("abstention", "abstention"),
+            ("false_abstention", "false abstention")) if base[name].get(key) is not None
+            and not (name.startswith("KB") and key == "token_f1") and not (name == "HotpotQA" and "abstention" in key)]
+        lines += ["", "What removing each rule changes, in points against `rules` (for false abstention, a rise "
+                  "is worse); a rule earns its place when removing it costs on the KB test split or a public set:", "",
+                  "| removed | " + " | ".join(f"{n}: {lab}" for n, _, lab in checks) + " | earns its place |",
+                  "|---|" + "---|" * (len(checks) + 1)]
+        for variant in ablations:
+            deltas, costs = [], []
+            for name, key, label in checks:
+                before, after = base[name][key], result["rows"][variant][name][key]
+                d = 100 * (after - before)
+                deltas.append(f"{d:+.1f}")
+                worse = d >= 0.95 if key == "false_abstention" else d <= -0.95
+                if worse and name != "KB tuning":
+                    costs.append(f"{name} {label}")
+            lines.append(f"| {variant.removeprefix('rules − ')} | " + " | ".join(deltas) + " | "
+                         + ("yes: " + ", ".join(costs) if costs else "**no**") + " |")
+    lines += ["", f"Learned reader: the scorer reads the top {result['top_k']} units of the rules' ranking and adds "
+              f"{result['weight']} × its probability; its own abstention threshold is {result['threshold']} "
+              "(set on its training data's held-out unanswerable groups). The `rules −` rows remove one rule "
+              "from what ships."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    from crag_lab import Lab
+    from crag_lab.learned import AnswerScorer
+
+    scorer = AnswerScorer.load()
+    lab = Lab.from_directory(KB, remote=False)
+    sets = {**kb_cases(lab), **public_cases()}
+    cache = VectorCache()
+    rows: dict[str, dict[str, Any]] = {}
+    for variant, context in variants(scorer).items():
+        learned = variant.startswith("learned")
+        log(f"reader study: {variant}")
+        with context():
+            rows[variant] = {name: score(cases, lambda q, ev: synthesizer.respond(
+                q, ev, cache, scorer if learned else None)[0]) for name, cases in sets.items()}
+    result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
+              "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below}
+    publish(OUT, markdown(result), result, write=not args.no_write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
