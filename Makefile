@@ -48,7 +48,7 @@ $(PHOENIX_STAMP):
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl --ids a001,a002,a005,a013,a006
+	$(BIN)/crag-lab demo --kb data/kb --queries data/kb_queries.jsonl --ids a001,a002,b039,a013,a006
 
 test: $(STAMP) $(if $(filter skip,$(REAL_MODEL)),,$(REALMODEL_STAMP)) $(if $(filter skip,$(PHOENIX)),,$(PHOENIX_STAMP))
 	sh scripts/ensure_chromium.sh

@@ -34,7 +34,6 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -186,7 +185,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     cols = []
     for name in sets:
         cols.append(f"{name} ({result['sizes'][name]} q.)")
-    lines = head + ["| reader | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines = [*head, "| reader | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for variant, per_set in result["rows"].items():
         cells = []
         for name in sets:
@@ -242,11 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = VectorCache()
     rows: dict[str, dict[str, Any]] = {}
     for variant, context in variants(scorer).items():
-        learned = variant.startswith("learned")
+        reader = scorer if variant.startswith("learned") else None
         log(f"reader study: {variant}")
         with context():
-            rows[variant] = {name: score(cases, lambda q, ev: synthesizer.respond(
-                q, ev, cache, scorer if learned else None)[0]) for name, cases in sets.items()}
+            rows[variant] = {name: score(cases, lambda q, ev, r=reader: synthesizer.respond(q, ev, cache, r)[0])
+                             for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below}
     publish(OUT, markdown(result), result, write=not args.no_write)

@@ -237,7 +237,7 @@ class TraceSettings(EnvFileSettings):
 
 
 OfflineRouter = Literal["rules", "learned"]
-"""The offline routers by name: ``rules`` (phrase rules and prototypes, the default) and ``learned``."""
+"""The offline routers by name: ``learned`` (a classifier trained on public data, the default) and ``rules``."""
 
 
 OfflineReader = Literal["rules", "learned"]
@@ -248,22 +248,22 @@ OfflineReader = Literal["rules", "learned"]
 class OfflineSettings(EnvFileSettings):
     """How the offline model decides: arguments > environment (``CRAG_OFFLINE_``) > `.env` > defaults.
 
-    ``router`` (``CRAG_OFFLINE_ROUTER``) picks the offline router: ``rules`` (phrase rules and
-    prototypes, the default) or ``learned`` (a classifier trained on public chit-chat and question
-    sets, `crag_lab.learned.LearnedRouter`); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
+    ``router`` (``CRAG_OFFLINE_ROUTER``) picks the offline router: ``learned`` (a classifier trained
+    on public chit-chat and question sets, `crag_lab.learned.LearnedRouter`, the default) or ``rules``
+    (phrase rules and prototypes); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
     reader: ``rules`` (the default) or ``learned`` (`crag_lab.learned.AnswerScorer` re-ranks the top
     units and decides when to abstain). Kept apart from `CragConfig`: it is part of which model
     answers (its cache identity), not a threshold of the loop.
 
-    >>> OfflineSettings(router="learned").router
-    'learned'
+    >>> OfflineSettings(router="rules").router
+    'rules'
     """
 
     model_config = SettingsConfigDict(env_prefix="CRAG_OFFLINE_", env_file=".env", env_file_encoding="utf-8",
                                       extra="ignore", frozen=True)
 
     router: OfflineRouter = Field(
-        "rules", description="'rules' (phrase rules and prototypes) or 'learned' (a trained classifier).")
+        "learned", description="'learned' (a trained classifier) or 'rules' (phrase rules and prototypes).")
     reader: OfflineReader = Field(
         "rules", description="'rules' (the synthesizer's support score) or 'learned' (the trained answer scorer "
                              "re-ranks the top units and decides when to abstain).")

@@ -24,12 +24,23 @@ def model_dir() -> str:
     return str(get_model_path())
 
 
-@functools.lru_cache(maxsize=2)
 def default_embed_model(batch_size: int = 64) -> BaseEmbedding:
-    """A LlamaIndex embedding model over the bundled MiniLM, normalised, CPU, offline.
+    """A LlamaIndex embedding model over the bundled MiniLM, normalised, CPU, offline (`minilm`).
 
     Cached per process: loading the weights takes seconds and every knowledge base shares them.
     """
+    return minilm(batch_size)
+
+
+def is_minilm(model: BaseEmbedding) -> bool:
+    """Whether ``model`` is the bundled all-MiniLM-L6-v2 (what the learned parts were trained on)."""
+    return getattr(model, "model_name", None) == model_dir()
+
+
+@functools.lru_cache(maxsize=2)
+def minilm(batch_size: int = 64) -> BaseEmbedding:
+    """The bundled MiniLM itself, whatever `default_embed_model` is set to: the learned router reads
+    its vectors, so a knowledge base embedded with another model still routes as it was trained."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

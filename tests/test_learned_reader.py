@@ -72,15 +72,17 @@ def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
     model = OfflineModel(reader="learned")
     answered = model.complete("synthesize", "", {"query": QUESTION, "evidence": [RUNBOOK]})
     assert "90 days" in answered.text and "[1]" in answered.text and answered.note is None
-    withheld = model.complete("synthesize", "", {"query": "what is the maximum size of an uploaded image?", "evidence": [RUNBOOK]})
+    unrelated = "what is the maximum size of an uploaded image?"
+    withheld = model.complete("synthesize", "", {"query": unrelated, "evidence": [RUNBOOK]})
     assert withheld.text == NO_EVIDENCE_ANSWER and withheld.note is not None and "below" in withheld.note
 
 
 def test_the_setting_picks_the_reader_and_it_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert OfflineModel().reader == "rules" and OfflineModel().cache_identity() == {"name": "offline"}
+    assert OfflineModel().reader == "rules" and OfflineModel().cache_identity() == {"name": "offline", "router": "learned"}
     monkeypatch.setenv("CRAG_OFFLINE_READER", "learned")
     assert OfflineModel().reader == "learned"
-    assert OfflineModel().cache_identity() == {"name": "offline", "reader": "learned"}
+    assert OfflineModel().cache_identity() == {"name": "offline", "router": "learned", "reader": "learned"}
+    assert OfflineModel(router="rules").cache_identity() == {"name": "offline", "reader": "learned"}
     assert OfflineModel(reader="rules").reader == "rules"
 
 

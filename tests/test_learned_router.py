@@ -13,7 +13,7 @@ from crag_lab.config import OfflineSettings
 from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.train_router import main as train_main
 from crag_lab.offline import OfflineModel
-from crag_lab.offline.router import analyze, explain
+from crag_lab.offline.router import analyze, explain, learned_route
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.parsing import parse_analysis
 
@@ -89,10 +89,10 @@ def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
     assert "router" not in parse_analysis(rules.complete("analyze", "", inputs).text, ["vector_search"])
     assert rules.cache_identity() == {"name": "offline"}
     assert learned.cache_identity() == {"name": "offline", "router": "learned"}
-    monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "learned")
-    assert OfflineModel().router == "learned"
-    monkeypatch.delenv("CRAG_OFFLINE_ROUTER")
+    monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "rules")
     assert OfflineModel().router == "rules"
+    monkeypatch.delenv("CRAG_OFFLINE_ROUTER")
+    assert OfflineModel().router == "learned"  # the default
 
 
 def test_an_unknown_router_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,3 +172,19 @@ def test_the_augmented_shapes_keep_the_question() -> None:
     rows = {"Montana": [{"question": question, "answers": ["Granville Stuart"]}]}
     (bridge,) = long_bridges(rows, 1, rng)
     assert "the person who founded the Montana Historical Society" in bridge.text and bridge.label == "complex"
+
+
+def test_a_knowledge_base_embedded_with_another_model_still_routes_on_minilm_vectors(vectors: VectorCache) -> None:
+    from conftest import HashEmbedding
+
+    for message in ("hello there!", "Which port does the gateway listen on?", "Who founded X, and when was Y built?"):
+        assert learned_route(message, VectorCache(HashEmbedding())) == learned_route(message, vectors)
+
+
+def test_a_head_made_for_other_vectors_is_one_clear_error(vectors: VectorCache) -> None:
+    shipped = LearnedRouter.load()
+    w, b = shipped.layers[0]
+    other = LearnedRouter(shipped.classes, [(np.zeros((w.shape[0] + 3, w.shape[1])), b), *shipped.layers[1:]],
+                          shipped.trained, shipped.chitchat_min)
+    with pytest.raises(ValueError, match=r"reads 387-dimensional all-MiniLM-L6-v2 vectors.*CRAG_OFFLINE_ROUTER=rules"):
+        other.route("hello", vectors)

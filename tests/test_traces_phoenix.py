@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "notebooks" / "recordings" / "kb_knowledge_base.jsonl"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PHOENIX = ROOT / ".venv-phoenix" / "bin" / "phoenix"
-SHOWN = "a005"  # a complex question: three graded rounds, capped
+SHOWN = "a013"  # a complex question: three graded rounds, capped
 
 
 def phoenix_executable() -> Path:

@@ -4,7 +4,9 @@
 head in ``crag_lab/_data/scorer``); ``python -m crag_lab.learned.train`` rebuilds its training set and
 retrains it. Loading needs ``torch``, ``transformers`` and ``peft``; nothing is imported until asked.
 `LearnedRouter.load()` gives the router's head (``crag_lab/_data/router``, numpy only), rebuilt by
-``python -m crag_lab.learned.train_router``; the offline model uses it with ``CRAG_OFFLINE_ROUTER=learned``.
+``python -m crag_lab.learned.train_router``; it is the offline model's default router
+(``CRAG_OFFLINE_ROUTER=rules`` brings back the rules). ``CRAG_OFFLINE_READER=learned`` lets the scorer
+re-rank what the synthesizer quotes (`crag_lab.offline.synthesizer.learned_ranked`).
 """
 
 from crag_lab.learned.router import LearnedRouter, Route

@@ -33,6 +33,8 @@ ROUTER_DIR = Path(__file__).resolve().parent.parent / "_data" / "router"
 ROUTER_FILE = "router.json"
 FEATURES = "minilm+shape-v1"
 """What the head reads: the unit MiniLM vector, then `shape_features`. Stored in ``router.json``."""
+N_SHAPE_FEATURES = 7
+"""How many numbers `shape_features` gives."""
 _WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
 _AND = re.compile(r"\band\b", re.IGNORECASE)
 _OR = re.compile(r"\bor\b", re.IGNORECASE)
@@ -53,7 +55,7 @@ def shape_features(text: str) -> np.ndarray:
 
 def features(texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
     """The head's input: each text's unit MiniLM vector followed by its `shape_features`."""
-    shapes = np.vstack([shape_features(t) for t in texts]) if len(texts) else np.zeros((0, 7), np.float32)
+    shapes = np.vstack([shape_features(t) for t in texts]) if len(texts) else np.zeros((0, N_SHAPE_FEATURES), np.float32)
     return np.hstack([np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), shapes])
 
 
@@ -126,11 +128,28 @@ class LearnedRouter:
         return best
 
     def route(self, query: str, vectors: VectorCache) -> Route:
-        """The route of one message, from the vector the offline model uses for it anyway."""
-        probs = self.predict([query], vectors.query(query))[0]
+        """The route of one message, from the vector the offline model uses for it anyway (when that
+        cache embeds with another model than the bundled MiniLM, from MiniLM's own vector)."""
+        from crag_lab.embeddings import is_minilm
+
+        cache = vectors if is_minilm(vectors.embed_model) else _minilm_vectors()
+        vector = np.asarray(cache.query(query), dtype=np.float32).reshape(-1)
+        wanted = self.layers[0][0].shape[0] - N_SHAPE_FEATURES
+        if vector.size != wanted:
+            raise ValueError(f"the learned router reads {wanted}-dimensional all-MiniLM-L6-v2 vectors; the embedding "
+                             f"model gives {vector.size}: use CRAG_OFFLINE_ROUTER=rules, or the bundled MiniLM")
+        probs = self.predict([query], vector)[0]
         best = int(self.decide(probs)[0])
         return Route(self.classes[best], float(probs[best]),
                      {c: float(p) for c, p in zip(self.classes, probs, strict=True)})
+
+
+@functools.lru_cache(maxsize=1)
+def _minilm_vectors() -> VectorCache:
+    from crag_lab.embeddings import minilm
+    from crag_lab.offline.vectors import VectorCache
+
+    return VectorCache(minilm(), model_name="minilm")
 
 
 @functools.lru_cache(maxsize=4)

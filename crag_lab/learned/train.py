@@ -250,7 +250,7 @@ def train(args: argparse.Namespace) -> None:
     best = report.pop("_best")
     threshold = abstention_threshold(best["answerable"], best["unanswerable"])
     abstains = float(np.mean([s < threshold for s in best["unanswerable"]])) if best["unanswerable"] else None
-    card = {
+    card: dict[str, Any] = {
         "max_length": recipe.max_length, "abstain_below": round(threshold, 4),
         "trained": {
             **done, "recipe": args.recipe, "questions": recipe.questions, "pairs": len(pairs),

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class OfflineModel:
-    """Prototype router, evidence-driven planner, calibrated grader, extractive synthesizer.
+    """Learned router, evidence-driven planner, calibrated grader, extractive synthesizer.
 
     ``kb`` (optional) seeds the vector cache with the chunk vectors its index already holds, so
     grading and synthesis re-encode none of the chunks a search returns, and keeps what it encodes
@@ -34,14 +34,16 @@ class OfflineModel:
     so a second session reads them instead of encoding.
 
     ``router`` picks the router (`crag_lab.offline.router.ROUTERS`): ``"rules"`` or ``"learned"``;
-    None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"rules"``).
+    None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"learned"``).
     ``reader`` picks how the synthesizer ranks units and decides to abstain: ``"rules"`` or
     ``"learned"`` (the trained answer scorer, `crag_lab.offline.synthesizer.learned_ranked`); None
     reads ``CRAG_OFFLINE_READER``. An unknown name raises a `ValueError` naming the valid ones.
 
+    >>> import json
     >>> from crag_lab.offline import OfflineModel
-    >>> OfflineModel().complete("analyze", "", {"query": "hello!", "available_tools": []}).text
-    '{"complexity": "chitchat", "grep_keywords": [], "query_type": "chitchat", "sub_questions": [], "suggested_tools": []}'
+    >>> reply = json.loads(OfflineModel().complete("analyze", "", {"query": "hello!", "available_tools": []}).text)
+    >>> reply["complexity"], reply["router"]["name"], reply["suggested_tools"]
+    ('chitchat', 'learned', [])
     """
 
     name = "offline"
@@ -101,7 +103,8 @@ class OfflineModel:
 
     def cache_identity(self) -> dict[str, str]:
         """What identifies this model's replies: its name, and the router and reader when they are not
-        the defaults (a response cache or a run journal never mixes their answers)."""
+        the rules (a response cache or a run journal never mixes their answers; a cache written before
+        the learned router became the default holds the rules' answers under the bare name)."""
         identity = {"name": self.name}
         if self.router != "rules":
             identity["router"] = self.router

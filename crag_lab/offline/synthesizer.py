@@ -30,11 +30,11 @@ from crag_lab.offline import router
 from crag_lab.offline.reading import (
     Reading,
     UnitReading,
+    _unit_key,
     coverage,
     echoes,
     has_term,
     label_names_asked,
-    _unit_key,
     read,
     unit_support,
 )
