@@ -100,12 +100,29 @@ def hotpot_groups() -> list[dict[str, Any]]:
     return groups
 
 
-def extract(groups: list[dict[str, Any]], cache: VectorCache) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+SCORER_UNITS = 4
+"""With ``--with-scorer``: the learned scorer reads this many units of each item, its best by support."""
+
+
+def scorer_logit(query: str, item: Any, scorer: Any) -> float:
+    """The logit of the learned scorer's best probability over the item's `SCORER_UNITS` best-supported units."""
+    from crag_lab.offline.reading import _unit_key, unit_support
+
+    units = sorted(item.units, key=unit_support, reverse=True)[:SCORER_UNITS]
+    if not units:
+        return -10.0
+    p = float(np.clip(scorer.predict([(query, _unit_key(item.title, u.unit)) for u in units]).max(), 1e-4, 1 - 1e-4))
+    return float(np.log(p / (1 - p)))
+
+
+def extract(groups: list[dict[str, Any]], cache: VectorCache,
+            scorer: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     xs, ys, gs, ds = [], [], [], []
     for g, group in enumerate(groups):
         reading = read(group["query"], group["items"], cache)
         for item, label in zip(reading.items, group["labels"], strict=True):
-            xs.append(features(item, reading.kind))
+            row = features(item, reading.kind)
+            xs.append([*row, scorer_logit(group["query"], item, scorer)] if scorer is not None else row)
             ys.append(label)
             gs.append(g)
             ds.append(group["domain"])
@@ -194,6 +211,9 @@ def report(y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="report only; leave the calibration JSON alone")
+    parser.add_argument("--with-scorer", action="store_true",
+                        help="a study: add the learned scorer's best-unit logit as an eighth feature, and fit the "
+                             "scorer's logit alone; report out-of-fold numbers for all three, write nothing")
     args = parser.parse_args(argv)
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(store=CACHE, model_name="sentence-transformers/all-MiniLM-L6-v2")
@@ -202,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups += hotpot_groups()
     else:
         print(f"skipping HotpotQA: {HOTPOT} not found (fitting on the KB domain alone)")
+    if args.with_scorer:
+        return scorer_study(groups, cache)
     x, y, g, d = extract(groups, cache)
     p = out_of_fold(x, y, g, d)
     cv = {dom: report(y[d == dom], p[d == dom]) for dom in np.unique(d).tolist()}
@@ -231,6 +253,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+def scorer_study(groups: list[dict[str, Any]], cache: VectorCache) -> int:
+    """Out of fold, per domain: the shipped features, the shipped features + the scorer's logit, the logit alone."""
+    from crag_lab.learned import AnswerScorer
+
+    x, y, g, d = extract(groups, cache, AnswerScorer.load())
+    variants = {"offline features (what ships)": x[:, :-1], "offline features + scorer": x, "scorer alone": x[:, -1:]}
+    print("| grader | domain | items | gold | AUROC | ECE (even odds) | gold kept at 0.3 | gold >= 0.7 | non-gold < 0.3 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, cols in variants.items():
+        p = out_of_fold(cols, y, g, d)
+        for dom in [*np.unique(d).tolist(), "pooled"]:
+            sel = np.ones(len(y), bool) if dom == "pooled" else d == dom
+            r = report(y[sel], p[sel])
+            print(f"| {name} | {dom} | {r['items']:,} | {r['gold']} | {r['auroc']:.3f} | {r['ece_even_odds']:.3f} | "
+                  f"{r['gold_kept_at_0.3']:.0%} | {r['gold_at_or_above_0.7']:.0%} | {r['non_gold_below_0.3']:.0%} |")
     return 0
 
 
