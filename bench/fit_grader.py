@@ -106,12 +106,12 @@ SCORER_UNITS = 4
 
 def scorer_logit(query: str, item: Any, scorer: Any) -> float:
     """The logit of the learned scorer's best probability over the item's `SCORER_UNITS` best-supported units."""
-    from crag_lab.offline.reading import _unit_key, unit_support
+    from crag_lab.offline.reading import unit_key, unit_support
 
     units = sorted(item.units, key=unit_support, reverse=True)[:SCORER_UNITS]
     if not units:
         return -10.0
-    p = float(np.clip(scorer.predict([(query, _unit_key(item.title, u.unit)) for u in units]).max(), 1e-4, 1 - 1e-4))
+    p = float(np.clip(scorer.predict([(query, unit_key(item.title, u.unit)) for u in units]).max(), 1e-4, 1 - 1e-4))
     return float(np.log(p / (1 - p)))
 
 

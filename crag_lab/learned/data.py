@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from crag_lab.kb._chunking import iter_chunks
+from crag_lab.offline.reading import unit_key
 from crag_lab.offline.text import content_terms
-from crag_lab.offline.units import Unit, units_of
+from crag_lab.offline.units import units_of
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,8 @@ class Pair:
     source: str
 
 
-def unit_text(title: str, unit: Unit) -> str:
-    """A unit as the offline model keys it: ``"Title: unit"`` (the unit alone without a title)."""
-    return f"{title}: {unit.text}" if title else unit.text
+unit_text = unit_key
+"""A unit as the offline model keys it: ``"Title: unit"`` (`crag_lab.offline.reading.unit_key`)."""
 
 
 def _norm(text: str) -> str:

@@ -51,8 +51,8 @@ def write_pairs(path: str | Path, pairs: Sequence[tuple[str, str, int]]) -> None
         json.dump({"questions": list(qi), "texts": list(ti), "pairs": rows}, f, separators=(",", ":"))
 
 
-def load_base(base: str | Path) -> tuple[Any, Any]:
-    """MiniLM from ``base`` as a one-logit sequence classifier (float32, fresh head) and its tokenizer."""
+def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
+    """MiniLM from ``base`` as a sequence classifier (float32, a fresh ``num_labels`` head) and its tokenizer."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -60,7 +60,7 @@ def load_base(base: str | Path) -> tuple[Any, Any]:
     hf_logging.set_verbosity_error()  # "some weights were newly initialised": the adapter replaces them
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1, dtype=torch.float32)
+    model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=num_labels, dtype=torch.float32)
     return model, tokenizer
 
 

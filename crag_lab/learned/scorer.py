@@ -47,6 +47,18 @@ class AnswerScorer:
         self.card = card
 
     @staticmethod
+    def from_adapter(folder: str | Path, card: ScorerCard) -> AnswerScorer:
+        """The bundled MiniLM with the adapter and head in ``folder`` merged in, on CPU, in eval mode."""
+        import torch
+        from peft import PeftModel
+
+        torch.manual_seed(0)
+        model, tokenizer = base_model()
+        model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+        model.eval()
+        return AnswerScorer(model, tokenizer, card)
+
+    @staticmethod
     def load(folder: str | Path | None = None) -> AnswerScorer:
         """The scorer in ``folder`` (default: the one that ships), loaded once per process."""
         return _load(str(Path(folder or SCORER_DIR).resolve()))
@@ -74,14 +86,9 @@ def base_model(num_labels: int = 1) -> tuple[Any, Any]:
     """The bundled MiniLM as a sequence classifier with a fresh head, and its tokenizer (offline)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from crag_lab.learned.fit import load_base
 
-    hf_logging.set_verbosity_error()  # "some weights were newly initialised": the adapter replaces them
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir())
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir(), num_labels=num_labels)
-    return model, tokenizer
+    return load_base(model_dir(), num_labels=num_labels)
 
 
 @functools.lru_cache(maxsize=2)
@@ -93,11 +100,4 @@ def _load(folder: str) -> AnswerScorer:
                                 "python -m crag_lab.learned.train --train-dir DIR")
     raw = json.loads(card_file.read_text(encoding="utf-8"))
     card = ScorerCard(int(raw["max_length"]), float(raw["abstain_below"]), dict(raw.get("trained", {})))
-    import torch
-    from peft import PeftModel
-
-    torch.manual_seed(0)
-    model, tokenizer = base_model()
-    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-    model.eval()
-    return AnswerScorer(model, tokenizer, card)
+    return AnswerScorer.from_adapter(path, card)

@@ -49,7 +49,7 @@ from crag_lab.learned.data import (
     same_article_pairs,
     squad_pairs,
 )
-from crag_lab.learned.scorer import SCORER_DIR, base_model
+from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
 
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation", "Unlicense", "0BSD", "Zlib")
 EXCLUDED_DISTRIBUTIONS = frozenset({"crag-lab"})  # its README describes the bundled knowledge base
@@ -204,17 +204,6 @@ def abstention_threshold(best_answerable: Sequence[float], best_unanswerable: Se
     return float(ranked[int(np.floor(max_false * len(ranked)))]) if len(ranked) else 0.5
 
 
-def _adapter_scorer(folder: Path, max_length: int) -> Any:
-    from peft import PeftModel
-
-    from crag_lab.learned.scorer import AnswerScorer, ScorerCard
-
-    model, tokenizer = base_model()
-    model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    model.eval()
-    return AnswerScorer(model, tokenizer, ScorerCard(max_length, 0.5, {}))
-
-
 def train(args: argparse.Namespace) -> None:
     import torch
 
@@ -244,7 +233,7 @@ def train(args: argparse.Namespace) -> None:
                            targets=recipe.targets, lr=recipe.lr, batch=recipe.batch, epochs=recipe.epochs,
                            max_length=recipe.max_length, warmup=recipe.warmup,
                            checkpoint_every=args.checkpoint_every)
-    scorer = _adapter_scorer(out, recipe.max_length)
+    scorer = AnswerScorer.from_adapter(out, ScorerCard(recipe.max_length, 0.5, {}))
     started = time.time()
     report = evaluate(scorer.predict, data.val)
     best = report.pop("_best")

@@ -175,14 +175,15 @@ class Reading:
     ungrounded: tuple[str, ...] = ()
 
 
-def _unit_key(title: str, unit: Unit) -> str:
+def unit_key(title: str, unit: Unit) -> str:
+    """A unit as it is encoded and scored: ``"Title: unit"`` (the unit alone without a title)."""
     return f"{title}: {unit.text}" if title else unit.text
 
 
 def item_groups(text: str, title: str | None) -> list[list[str]]:
     """The texts `read` encodes together for an item (its units), as a list of groups (none if no units)."""
     units = units_of(1, text, title or None)[:MAX_UNITS_PER_ITEM]
-    return [[_unit_key(title or "", u) for u in units]] if units else []
+    return [[unit_key(title or "", u) for u in units]] if units else []
 
 
 def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> Reading:
@@ -203,7 +204,7 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
                  for item, text, title in zip(items, texts, titles, strict=True)]
     item_cos = cache.texts(item_keys) @ q_vec if items else np.zeros(0)
     # An item's units are encoded together, as one group: their vectors never depend on other items.
-    unit_cos = [cache.group([_unit_key(title, u) for u in units]) @ q_vec if units else np.zeros(0)
+    unit_cos = [cache.group([unit_key(title, u) for u in units]) @ q_vec if units else np.zeros(0)
                 for title, units in zip(titles, per_item, strict=True)]
     readings = []
     held: set[str] = set()

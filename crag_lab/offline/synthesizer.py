@@ -30,12 +30,12 @@ from crag_lab.offline import router
 from crag_lab.offline.reading import (
     Reading,
     UnitReading,
-    _unit_key,
     coverage,
     echoes,
     has_term,
     label_names_asked,
     read,
+    unit_key,
     unit_support,
 )
 from crag_lab.offline.text import STOPWORDS, content_terms
@@ -169,7 +169,7 @@ def learned_ranked(reading: Reading, scorer: Any) -> tuple[list[tuple[float, Uni
     if not head:
         return ordered, 0.0
     titles = {item.n: item.title for item in reading.items}
-    probs = [float(p) for p in scorer.predict([(reading.query, _unit_key(titles.get(u.unit.n, ""), u.unit))
+    probs = [float(p) for p in scorer.predict([(reading.query, unit_key(titles.get(u.unit.n, ""), u.unit))
                                                 for _, u in head])]
     rescored = [(score + LEARNED_WEIGHT * p, u) for (score, u), p in zip(head, probs, strict=True)]
     rescored.sort(key=lambda su: (-su[0], len(su[1].unit.text)))
