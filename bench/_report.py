@@ -457,7 +457,10 @@ def section_regrade(rg: Mapping[str, Any]) -> str:
                       ["cached grader", f(k["regrade"], 2), f(k["replay"], 3), f(k["frontier"], 2),
                        f(k["total"], 2), f(rg["rerun_s"], 1), f"{f(rg['ratio'], 1)}×"]]))
     out.append(f"\nThe offline model re-runs a question in {f(rg['rerun_s_per_question'], 3)} s; a real model is "
-               "what makes a re-run take minutes (section 10), while a cached regrade makes no model call.\n")
+               "what makes a re-run take minutes (section 10), while a cached regrade makes no model call. The "
+               "re-runs share this process with the cold regrade, so they are warm: the vectors and the answer "
+               "scorer's memory of scored (question, unit) pairs already hold what they read. Reading the items "
+               "from scratch is what the cold regrade's time measures.\n")
     return "\n".join(out)
 
 

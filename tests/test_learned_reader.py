@@ -78,11 +78,15 @@ def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
 
 
 def test_the_setting_picks_the_reader_and_it_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert OfflineModel().reader == "rules" and OfflineModel().cache_identity() == {"name": "offline", "router": "learned"}
+    from crag_lab.offline.grader import calibration_fingerprint
+
+    grader = calibration_fingerprint()
+    assert OfflineModel().reader == "rules"
+    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned"}
     monkeypatch.setenv("CRAG_OFFLINE_READER", "learned")
     assert OfflineModel().reader == "learned"
-    assert OfflineModel().cache_identity() == {"name": "offline", "router": "learned", "reader": "learned"}
-    assert OfflineModel(router="rules").cache_identity() == {"name": "offline", "reader": "learned"}
+    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned", "reader": "learned"}
+    assert OfflineModel(router="rules").cache_identity() == {"name": "offline", "grader": grader, "reader": "learned"}
     assert OfflineModel(reader="rules").reader == "rules"
 
 

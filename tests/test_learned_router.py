@@ -87,8 +87,9 @@ def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
     parsed = parse_analysis(learned.complete("analyze", "", inputs).text, ["vector_search"])
     assert parsed["router"] == plan_learned["router"]  # kept in the routing plan: the trace shows it
     assert "router" not in parse_analysis(rules.complete("analyze", "", inputs).text, ["vector_search"])
-    assert rules.cache_identity() == {"name": "offline"}
-    assert learned.cache_identity() == {"name": "offline", "router": "learned"}
+    grader = rules.cache_identity()["grader"]  # the grader's calibration (test_offline_grader checks it)
+    assert rules.cache_identity() == {"name": "offline", "grader": grader}
+    assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned"}
     monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "rules")
     assert OfflineModel().router == "rules"
     monkeypatch.delenv("CRAG_OFFLINE_ROUTER")

@@ -102,12 +102,15 @@ def test_question_shaped_units_never_support_an_answer() -> None:
 
 def test_shipped_calibration_is_valid_and_raises_score_with_meaning() -> None:
     data = load_calibration()
-    assert data["model"]["features"] == list(GRADER_FEATURES)
-    coef = dict(zip(GRADER_FEATURES, data["model"]["coef"], strict=True))
+    assert data["model"]["features"][:len(GRADER_FEATURES)] == list(GRADER_FEATURES)
+    coef = dict(zip(data["model"]["features"], data["model"]["coef"], strict=True))
     assert coef["cos_best_unit"] + coef["cos_item"] > 0
     assert coef["coverage_best_unit"] + coef["coverage_item"] > 0
+    assert coef.get("scorer_logit", 1.0) > 0  # the scorer's reading raises the grade
     cv = data["cross_validation"]
-    assert {"kb", "pooled"} <= set(cv)
+    assert {"kb", "squad", "docs"} <= set(cv)
+    assert {cv[dom]["how"] for dom in ("kb", "squad", "docs")} == {"out of fold"}  # fitted there, measured out of fold
+    assert all(r["how"] == "held out" for dom, r in cv.items() if dom in ("kb-test", "hotpotqa"))
 
 
 def test_features_are_clipped_to_the_training_range(grader: CalibratedGrader) -> None:
@@ -127,3 +130,69 @@ def test_bad_params_name_what_is_wrong() -> None:
     params["model"]["features"] = ["cos_text"]
     with pytest.raises(ValueError, match="refit"):
         CalibratedGrader(params=params)
+
+
+class _FakeScorer:
+    """Scores a pair by whether its text holds '8443'; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def predict(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        self.asked += pairs
+        return np.asarray([0.9 if "8443" in text else 0.02 for _, text in pairs], dtype=np.float32)
+
+
+def test_scorer_logits_read_each_items_best_supported_units_only() -> None:
+    from crag_lab.offline.grader import SCORER_UNITS, scorer_logits
+
+    long_item = "\n".join(f"- Rule {i}: the gateway rotates key {i} weekly." for i in range(10))
+    reading = read(QUERY, [{"text": RELEVANT, "title": "api-gateway"}, {"text": long_item}, {"text": ""}], VectorCache())
+    scorer = _FakeScorer()
+    logits = scorer_logits(reading, scorer)
+    assert logits[0] == pytest.approx(np.log(0.9 / 0.1), abs=1e-4)
+    assert logits[1] == pytest.approx(np.log(0.02 / 0.98), abs=1e-4)
+    assert logits[2] == pytest.approx(np.log(1e-4 / (1 - 1e-4)))  # no units: the floor
+    assert len(scorer.asked) == min(len(reading.items[0].units), SCORER_UNITS) + SCORER_UNITS
+    assert all(text.startswith("api-gateway: ") for _, text in scorer.asked[:2])
+
+
+def test_the_scorer_column_is_read_only_when_the_calibration_uses_it() -> None:
+    from crag_lab.offline.grader import SCORER_FEATURE
+
+    params: dict[str, Any] = copy.deepcopy(load_calibration())
+    model = params["model"]
+    if SCORER_FEATURE in model["features"]:  # strip it: a seven-feature calibration never asks the scorer
+        for key in ("low", "high", "mean", "scale", "coef"):
+            model[key] = model[key][:len(GRADER_FEATURES)]
+        model["features"] = list(GRADER_FEATURES)
+    scorer = _FakeScorer()
+    seven = CalibratedGrader(params=params, scorer=scorer)
+    assert seven.feature_names == GRADER_FEATURES
+    seven.score(QUERY, [RELEVANT])
+    assert scorer.asked == []
+    eight = copy.deepcopy(params)
+    for key, value in (("low", -9.2), ("high", 9.2), ("mean", 0.0), ("scale", 1.0), ("coef", 1.0)):
+        eight["model"][key] = [*eight["model"][key], value]
+    eight["model"]["features"] = [*GRADER_FEATURES, SCORER_FEATURE]
+    with_scorer = CalibratedGrader(params=eight, scorer=scorer)
+    assert with_scorer.features(read(QUERY, [{"text": RELEVANT}], VectorCache())).shape == (1, len(GRADER_FEATURES) + 1)
+    held, not_held = with_scorer.score(QUERY, ["Public TLS port: 8443", "Public TLS port: 9000"])
+    assert scorer.asked and held > not_held  # the scorer's reading moves the grade
+
+
+def test_a_response_cache_written_with_another_calibration_does_not_match() -> None:
+    from crag_lab.offline import OfflineModel
+    from crag_lab.offline.grader import calibration_fingerprint
+
+    identity = OfflineModel().cache_identity()
+    assert identity["grader"] == calibration_fingerprint() and len(identity["grader"]) == 12
+    calibration_fingerprint.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            changed = copy.deepcopy(load_calibration())
+            changed["model"]["intercept"] += 0.1
+            mp.setattr("crag_lab.offline.grader.load_calibration", lambda: changed)
+            assert OfflineModel().cache_identity()["grader"] != identity["grader"]
+    finally:
+        calibration_fingerprint.cache_clear()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,8 @@ from crag_lab.embeddings import model_dir
 
 SCORER_DIR = Path(__file__).resolve().parent.parent / "_data" / "scorer"
 """Where the trained adapter, head and data card ship."""
+MEMO_SIZE = 50_000
+"""How many scored pairs `AnswerScorer.predict` remembers (least recently used go first)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class AnswerScorer:
         self._model = model
         self._tokenizer = tokenizer
         self.card = card
+        self._memo: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
 
     @staticmethod
     def from_adapter(folder: str | Path, card: ScorerCard) -> AnswerScorer:
@@ -66,20 +72,37 @@ class AnswerScorer:
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> np.ndarray:
         """The probability that each ``(question, text)`` pair's text answers its question, in order.
 
-        Batches are padded to their own longest pair, so a pair's score never depends on the others
-        it is batched with beyond float noise in the last digits; scores are rounded to 6 places.
+        Pairs are batched by length and each batch is padded to its own longest pair, so a pair's
+        score never depends on the others it is batched with beyond float noise in the last digits;
+        scores are rounded to 6 places. The last `MEMO_SIZE` pairs scored are remembered: a grading
+        round that sees an item again (a kept item in a later round) reads its units' scores back.
         """
         import torch
 
         out = np.zeros(len(pairs), dtype=np.float32)
+        todo: dict[tuple[str, str], list[int]] = {}
+        with self._lock:  # ask_many grades from several threads
+            for i, pair in enumerate(pairs):
+                known = self._memo.get(pair)
+                if known is None:
+                    todo.setdefault(pair, []).append(i)
+                else:
+                    self._memo.move_to_end(pair)
+                    out[i] = known
+        fresh = sorted(todo, key=lambda pair: len(pair[0]) + len(pair[1]))  # similar lengths pad less
         with torch.inference_mode():
-            for start in range(0, len(pairs), batch_size):
-                batch = pairs[start:start + batch_size]
+            for start in range(0, len(fresh), batch_size):
+                batch = fresh[start:start + batch_size]
                 enc = self._tokenizer([q for q, _ in batch], [t for _, t in batch], truncation="only_second",
                                       max_length=self.card.max_length, padding=True, return_tensors="pt")
-                logits = self._model(**enc).logits.reshape(-1)
-                out[start:start + len(batch)] = torch.sigmoid(logits).numpy()
-        return np.round(out, 6)
+                probs = np.round(torch.sigmoid(self._model(**enc).logits.reshape(-1)).numpy(), 6)
+                with self._lock:
+                    for pair, p in zip(batch, probs, strict=True):
+                        out[todo[pair]] = p
+                        self._memo[pair] = float(p)
+                    while len(self._memo) > MEMO_SIZE:
+                        self._memo.popitem(last=False)
+        return out
 
 
 def base_model(num_labels: int = 1) -> tuple[Any, Any]:

@@ -25,7 +25,6 @@ card. Nothing here reads an evaluation set or the bundled knowledge base.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import importlib.metadata
 import json
@@ -33,7 +32,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,11 @@ from crag_lab.learned.data import (
     same_article_pairs,
     squad_pairs,
 )
+from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
 
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation", "Unlicense", "0BSD", "Zlib")
 EXCLUDED_DISTRIBUTIONS = frozenset({"crag-lab"})  # its README describes the bundled knowledge base
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
 
 
 def _licence(meta: Any) -> str:
@@ -124,19 +119,26 @@ class TrainingSet:
     held_docs: list[str]
 
 
+def held_out_titles(squad: Sequence[Mapping[str, Any]], rng: random.Random | int) -> set[str]:
+    """The SQuAD v1.1 train articles held out of training (one in twenty), drawn by ``rng`` (or its seed):
+    the scorer never trains on them, so the grader's fit (bench/fit_grader.py) may use them."""
+    rng = random.Random(rng) if isinstance(rng, int) else rng
+    titles = sorted({str(r["title"]) for r in squad})
+    rng.shuffle(titles)
+    return set(titles[: len(titles) // 20])
+
+
 def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = ()) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles and whole documents."""
     rng = random.Random(seed)
-    squad = _read_jsonl(train_dir / "squad11_train.jsonl.gz")
-    titles = sorted({r["title"] for r in squad})
-    rng.shuffle(titles)
-    held_titles = set(titles[: len(titles) // 20])
+    squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
+    held_titles = held_out_titles(squad, rng)
     train_rows = [r for r in squad if r["title"] not in held_titles]
     val_rows = [r for r in squad if r["title"] in held_titles]
     wanted = recipe.questions or len(train_rows)
     train_rows = rng.sample(train_rows, min(wanted, len(train_rows)))
     val_rows = rng.sample(val_rows, min(max(min(wanted // 10, 2000), 200), len(val_rows)))
-    excerpt = [r for r in _read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz") if r["is_impossible"]]
+    excerpt = [r for r in read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz") if r["is_impossible"]]
     ex_titles = sorted({r["title"] for r in excerpt})
     docs = documentation(sites)
     doc_sets = [doc_pairs(name, body, seed=seed, limit=recipe.doc_limit) for name, _, _, body in docs]

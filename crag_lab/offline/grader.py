@@ -2,10 +2,13 @@
 
 No LLM and no download: the features of `crag_lab.offline.reading` (MiniLM cosines of the question
 with the item and with its best unit, the share of the question's words they hold, whether the item
-holds the kind of answer asked for, its length) go through a logistic regression fitted by
-``bench/fit_grader.py`` on labelled passages of two domains — the knowledge base's own questions
-(items retrieved for them, gold when they overlap a labelled answer location) and HotpotQA's
-distractor paragraphs — and committed in ``crag_lab/_data/grader_calibration.json``.
+holds the kind of answer asked for, its length) and the learned answer scorer's reading of the
+item's best units (`SCORER_FEATURE`, `crag_lab.learned.AnswerScorer`) go through a logistic
+regression fitted by ``bench/fit_grader.py`` on labelled items of three training domains — the
+knowledge base's tuning questions (items retrieved for them, gold when they overlap a labelled
+answer location), SQuAD v1.1 train articles the scorer never saw, and public README files the
+scorer never saw — and committed in ``crag_lab/_data/grader_calibration.json``. Evaluation sets
+(HotpotQA dev, the knowledge base's test split) are only measured, never fitted.
 
 So a score reads as the spec means it: ≥ 0.7, this item is likely enough to answer; < 0.3, it
 is probably noise. Grades are fitted at even odds (helpful and unhelpful items weighted equally),
@@ -20,6 +23,8 @@ depends only on (question, item), so batch and per-item grading agree.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,13 +33,36 @@ from typing import Any
 
 import numpy as np
 
-from crag_lab.offline.reading import GRADER_FEATURES, Reading, features, read
+from crag_lab.offline.reading import GRADER_FEATURES, Reading, features, read, unit_key, unit_support
 from crag_lab.offline.units import question_parts
 from crag_lab.offline.vectors import VectorCache
 
-__all__ = ["GRADER_FEATURES", "CalibratedGrader", "load_calibration"]
+__all__ = ["GRADER_FEATURES", "SCORER_FEATURE", "CalibratedGrader", "calibration_fingerprint", "load_calibration",
+           "scorer_logits"]
 
 CALIBRATION_RESOURCE = "grader_calibration.json"
+SCORER_FEATURE = "scorer_logit"
+"""The optional eighth feature: the logit of the answer scorer's best probability over an item's units."""
+SCORER_UNITS = 4
+"""The scorer reads this many units of each item: its best by the offline reading's support."""
+_P_FLOOR = 1e-4
+
+
+def scorer_logits(reading: Reading, scorer: Any) -> np.ndarray:
+    """One logit per item of ``reading``: the answer scorer's best probability over the item's
+    `SCORER_UNITS` best-supported units (keyed ``"Title: unit"``), clipped to [1e-4, 1 - 1e-4];
+    an item without units gets the floor. All items' pairs go to the scorer in one call."""
+    pairs: list[tuple[str, str]] = []
+    owners: list[int] = []
+    for i, item in enumerate(reading.items):
+        for u in sorted(item.units, key=unit_support, reverse=True)[:SCORER_UNITS]:
+            pairs.append((reading.query, unit_key(item.title, u.unit)))
+            owners.append(i)
+    best = np.full(len(reading.items), _P_FLOOR)
+    if pairs:
+        np.maximum.at(best, np.asarray(owners), np.asarray(scorer.predict(pairs), dtype=np.float64))
+    p = np.clip(best, _P_FLOOR, 1 - _P_FLOOR)
+    return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -55,9 +83,9 @@ class _LogisticModel:
             intercept = float(data["intercept"])
         except KeyError as exc:
             raise ValueError(f"grader calibration lacks key {exc.args[0]!r}") from None
-        if names != GRADER_FEATURES:
-            raise ValueError(f"grader calibration features {list(names)} are not this grader's {list(GRADER_FEATURES)}; "
-                             "refit with bench/fit_grader.py")
+        if names not in (GRADER_FEATURES, (*GRADER_FEATURES, SCORER_FEATURE)):
+            raise ValueError(f"grader calibration features {list(names)} are not this grader's {list(GRADER_FEATURES)} "
+                             f"(optionally followed by {SCORER_FEATURE!r}); refit with bench/fit_grader.py")
         if any(arr.shape != (len(names),) for arr in arrays) or np.any(arrays[3] > arrays[4]):
             raise ValueError(f"grader calibration needs mean/scale/coef/low/high of {len(names)} values, low <= high")
         mean, scale, coef, low, high = arrays
@@ -69,6 +97,14 @@ class _LogisticModel:
         return np.asarray(1.0 / (1.0 + np.exp(-logit)), dtype=np.float64)
 
 
+@functools.lru_cache(maxsize=1)
+def calibration_fingerprint() -> str:
+    """A short hash of the committed grader parameters: a response cache or run journal written with
+    another calibration never hands its grades to this one (`OfflineModel.cache_identity`)."""
+    text = json.dumps(load_calibration().get("model", {}), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
 def load_calibration() -> dict[str, Any]:
     """The committed grader parameters (``crag_lab/_data/grader_calibration.json``)."""
     text = resources.files("crag_lab").joinpath("_data").joinpath(CALIBRATION_RESOURCE).read_text(encoding="utf-8")
@@ -77,21 +113,41 @@ def load_calibration() -> dict[str, Any]:
 
 
 class CalibratedGrader:
-    """Scores evidence items for a question with probabilities fitted on two labelled domains.
+    """Scores evidence items for a question with probabilities fitted on labelled training domains.
 
     ``cache`` holds the vectors (by default a fresh `VectorCache` over the bundled MiniLM);
-    ``params`` defaults to the committed calibration.
+    ``params`` defaults to the committed calibration. When its features include `SCORER_FEATURE`,
+    ``scorer`` reads the items' units (default: the answer scorer that ships, loaded on first use).
     """
 
-    def __init__(self, cache: VectorCache | None = None, params: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, cache: VectorCache | None = None, params: Mapping[str, Any] | None = None,
+                 scorer: Any = None) -> None:
         self.cache = cache if cache is not None else VectorCache()
         self.params: Mapping[str, Any] = params if params is not None else load_calibration()
         self._model = _LogisticModel.from_json(self.params.get("model", {}))
+        self._scorer = scorer
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The columns of `features`: `GRADER_FEATURES`, and `SCORER_FEATURE` when the calibration uses it."""
+        return self._model.features
+
+    @property
+    def scorer(self) -> Any:
+        """The answer scorer the `SCORER_FEATURE` column reads with (loaded on first use)."""
+        if self._scorer is None:
+            from crag_lab.learned import AnswerScorer
+
+            self._scorer = AnswerScorer.load()
+        return self._scorer
 
     def features(self, reading: Reading) -> np.ndarray:
-        """The ``(items, features)`` matrix of a reading, columns named by `GRADER_FEATURES`."""
-        return np.asarray([features(item, reading.kind) for item in reading.items], dtype=np.float64).reshape(
+        """The ``(items, features)`` matrix of a reading, columns named by `feature_names`."""
+        x = np.asarray([features(item, reading.kind) for item in reading.items], dtype=np.float64).reshape(
             len(reading.items), len(GRADER_FEATURES))
+        if SCORER_FEATURE in self.feature_names:
+            x = np.column_stack([x, scorer_logits(reading, self.scorer) if len(x) else np.zeros(0)])
+        return x
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         """Unrounded probabilities for a feature matrix from `features`."""

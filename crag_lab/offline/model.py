@@ -102,10 +102,13 @@ class OfflineModel:
         return cache.encoded - before
 
     def cache_identity(self) -> dict[str, str]:
-        """What identifies this model's replies: its name, and the router and reader when they are not
-        the rules (a response cache or a run journal never mixes their answers; a cache written before
-        the learned router became the default holds the rules' answers under the bare name)."""
-        identity = {"name": self.name}
+        """What identifies this model's replies: its name, the grader's calibration
+        (`grader.calibration_fingerprint`), and the router and reader when they are not the rules. A
+        response cache or a run journal never mixes their answers: one written before the grader read
+        with the answer scorer, or before the learned router became the default, does not match."""
+        from crag_lab.offline.grader import calibration_fingerprint
+
+        identity = {"name": self.name, "grader": calibration_fingerprint()}
         if self.router != "rules":
             identity["router"] = self.router
         if self.reader != "rules":
