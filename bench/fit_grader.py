@@ -127,8 +127,7 @@ def fit(x: np.ndarray, y: np.ndarray, domains: np.ndarray, domain_weights: dict[
     lr = LogisticRegression(C=C, max_iter=2000)
     lr.fit((xc - mean) / scale, y, sample_weight=even_odds_weights(
         y, domains, DOMAIN_WEIGHTS if domain_weights is None else domain_weights))
-    names = [*GRADER_FEATURES, SCORER_FEATURE][:x.shape[1]]
-    return {"features": names, "low": low.tolist(), "high": high.tolist(), "mean": mean.tolist(),
+    return {"features": COLUMNS[:x.shape[1]], "low": low.tolist(), "high": high.tolist(), "mean": mean.tolist(),
             "scale": scale.tolist(), "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0])}
 
 
@@ -207,11 +206,13 @@ def measure(x: np.ndarray, y: np.ndarray, q: np.ndarray, d: np.ndarray,
     return reports, model
 
 
+COLUMNS = [*GRADER_FEATURES, SCORER_FEATURE]
+"""The columns `extract` gives, in order; a fitted model names the leading ones it uses."""
 VARIANTS = {
     "offline features + scorer (ships)": slice(None),
     "offline features only": slice(0, len(GRADER_FEATURES)),
-    "scorer alone": slice(len(GRADER_FEATURES), None),
 }
+"""The forms fitted and reported side by side (the scorer alone is reported from its own column)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     x, y, q, d = extract(groups, cache, CachedScorer(AnswerScorer.load(), CACHE / "scorer.sqlite"))
     np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
     results = {name: measure(x[:, cols], y, q, d) for name, cols in VARIANTS.items()}
+    results["scorer alone"] = measure(x[:, -1:], y, q, d)  # its model is never written
     no_kb = d != "kb"
     results["offline features + scorer, without the kb domain"] = measure(x[no_kb], y[no_kb], q[no_kb], d[no_kb])
     results["offline features + scorer, domains weighted equally"] = measure(x, y, q, d, {})
