@@ -32,16 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from crag_lab.learned.router_data import read_jsonl
 from crag_lab.offline.vectors import VectorCache, passage_key
 
 CANDIDATES = 8
 """Items per question, as a retriever's top-k would hand them to the grader."""
 PER_TOOL = 8
 UNANSWERABLE_SHARE = 0.25
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def group(domain: str, gid: str, query: str, items: list[dict[str, Any]], labels: list[bool]) -> dict[str, Any]:
@@ -107,13 +104,12 @@ def _nearest(q_vec: np.ndarray, vectors: np.ndarray, pool: Sequence[int], k: int
 def squad_groups(train_dir: Path, cache: VectorCache, *, seed: int, questions: int) -> list[dict[str, Any]]:
     """Held-out SQuAD v1.1 train questions against their paragraph and its neighbours (see the module)."""
     from crag_lab.eval.datasets import Passage, passage_filename, passage_markdown
-    from crag_lab.learned.router_data import read_jsonl as read_gz
     from crag_lab.learned.train import held_out_titles
 
-    rows = read_gz(train_dir / "squad11_train.jsonl.gz")
+    rows = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held = held_out_titles(rows, seed)
     rows = [r for r in rows if r["title"] in held]
-    excerpt = [r for r in read_gz(train_dir / "squad2_train_excerpt.jsonl.gz")]
+    excerpt = read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz")
     first = sorted({r["title"] for r in excerpt if r["is_impossible"]})[0]  # the title the scorer trained on
     excerpt = [r for r in excerpt if r["title"] != first]
     paragraphs: dict[str, int] = {}

@@ -71,11 +71,9 @@ SQUAD_QUESTIONS = 360
 DOCS_PER_README = 10
 
 
-def domains(cache: VectorCache) -> list[dict[str, Any]]:
-    """Every labelled group, fitted domains first; a domain whose source is absent is skipped, said so."""
-    from crag_lab.learned.scorer import SCORER_DIR
-
-    trained = json.loads((SCORER_DIR / "scorer.json").read_text(encoding="utf-8"))["trained"]
+def domains(cache: VectorCache, trained: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every labelled group, fitted domains first; a domain whose source is absent is skipped, said so.
+    ``trained`` is the answer scorer's card (its seed and held-out documents pick the held-out sources)."""
     groups = kb_groups(ROOT, KB_QUERIES, "kb")
     if TRAIN.exists():
         groups += squad_groups(TRAIN, cache, seed=int(trained["seed"]), questions=SQUAD_QUESTIONS)
@@ -223,8 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(store=CACHE / "vectors.sqlite", model_name="sentence-transformers/all-MiniLM-L6-v2")
-    groups = domains(cache)
-    x, y, q, d = extract(groups, cache, CachedScorer(AnswerScorer.load(), CACHE / "scorer.sqlite"))
+    scorer = AnswerScorer.load()
+    groups = domains(cache, scorer.card.trained)
+    x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / "scorer.sqlite"))
     np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
     results = {name: measure(x[:, cols], y, q, d) for name, cols in VARIANTS.items()}
     results["scorer alone"] = measure(x[:, -1:], y, q, d)  # its model is never written

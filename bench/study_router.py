@@ -79,10 +79,6 @@ COMPARISON_WORDS = (" or ", "both", "same", "first", "older", "younger", "earlie
                     "larger", "longer", "higher")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
 
 def routers(cache: VectorCache, learned: LearnedRouter,
             baseline: tuple[str, LearnedRouter] | None = None) -> dict[str, Callable[[str], str]]:
@@ -160,7 +156,7 @@ def shared_questions(name: str) -> list[str] | None:
     if not folder.is_dir():
         log(f"skipping {name}: {folder} not found")
         return None
-    return [str(r["question"]) for r in _read_jsonl(folder / "queries.jsonl")]
+    return [str(r["question"]) for r in router_data.read_jsonl(folder / "queries.jsonl")]
 
 
 def latency(cache_factory: Callable[[], VectorCache], learned: LearnedRouter, messages: Sequence[str]) -> dict[str, Any]:
@@ -284,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if val is not None:
         data["validation (held-out train sources; picks a hybrid)"] = val
     for split, path in SPLITS.items():
-        data[split] = [(r["question"], r["complexity"]) for r in _read_jsonl(path)]
+        data[split] = [(r["question"], r["complexity"]) for r in router_data.read_jsonl(path)]
     chat = held_out_chitchat()
     if chat is not None:
         data["held-out chit-chat turns"] = [(q, "chitchat") for q in chat]

@@ -22,7 +22,6 @@ Nothing here changes what ships. ``.venv/bin/python bench/study_scorer.py`` writ
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from crag_lab.eval import load_dataset
 from crag_lab.eval.ceiling import answer_rank
 from crag_lab.learned import AnswerScorer
 from crag_lab.learned.data import unit_text
+from crag_lab.learned.router_data import read_jsonl
 from crag_lab.offline import synthesizer
 from crag_lab.offline.grader import CalibratedGrader
 from crag_lab.offline.reading import read
@@ -102,10 +102,6 @@ def kb_split(lab: Any, scorer: AnswerScorer, rows: Sequence[Mapping[str, Any]]) 
     }
 
 
-def _read_jsonl(path: Any) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
 
 def shared_set(name: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]] | None:
     """The passages (by id) and queries of a shared dev set; None, saying so, when it is not there."""
@@ -113,7 +109,7 @@ def shared_set(name: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any
     if not folder.is_dir():
         log(f"skipping {name}: {folder} not found")
         return None
-    return {d["id"]: d for d in _read_jsonl(folder / "corpus.jsonl")}, _read_jsonl(folder / "queries.jsonl")
+    return {d["id"]: d for d in read_jsonl(folder / "corpus.jsonl")}, read_jsonl(folder / "queries.jsonl")
 
 
 def squad(scorer: AnswerScorer, lab: Any) -> dict[str, Any] | None:

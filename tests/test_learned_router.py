@@ -189,3 +189,13 @@ def test_a_head_made_for_other_vectors_is_one_clear_error(vectors: VectorCache) 
                           shipped.trained, shipped.chitchat_min)
     with pytest.raises(ValueError, match=r"reads 387-dimensional all-MiniLM-L6-v2 vectors.*CRAG_OFFLINE_ROUTER=rules"):
         other.route("hello", vectors)
+
+
+def test_read_jsonl_reads_plain_and_gzipped_files_alike(tmp_path: Path) -> None:
+    from crag_lab.learned.router_data import read_jsonl
+
+    text = '{"q": "a"}\n\n{"q": "b"}\n'
+    (tmp_path / "rows.jsonl").write_text(text, encoding="utf-8")
+    with gzip.open(tmp_path / "rows.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(text)
+    assert read_jsonl(tmp_path / "rows.jsonl") == read_jsonl(tmp_path / "rows.jsonl.gz") == [{"q": "a"}, {"q": "b"}]

@@ -119,9 +119,11 @@ class Message:
     group: str
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file, gzipped when its name ends in ``.gz``; blank lines skipped."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def lower_first(text: str) -> str:
