@@ -22,7 +22,7 @@ all of them is measured on the held-out domains. Every number written is out of 
     .venv/bin/python bench/fit_grader.py --no-write  # report only
 
 Vectors are kept in ``.cache/grader/vectors.sqlite`` and scorer probabilities in
-``.cache/grader/scorer.sqlite`` (git-ignored). Needs scikit-learn (dev extra) and ../shared/train
+``.cache/grader/scorer-<its fingerprint>.sqlite`` (git-ignored). Needs scikit-learn (dev extra) and ../shared/train
 (the SQuAD domain); the docs domain reads the READMEs installed in .venv and .venv-phoenix. A domain
 whose source is absent is skipped with a line saying so.
 """
@@ -218,12 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="report only; leave the calibration JSON alone")
     args = parser.parse_args(argv)
     from crag_lab.learned import AnswerScorer
+    from crag_lab.learned.scorer import fingerprint
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(store=CACHE / "vectors.sqlite", model_name="sentence-transformers/all-MiniLM-L6-v2")
     scorer = AnswerScorer.load()
     groups = domains(cache, scorer.card.trained)
-    x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / "scorer.sqlite"))
+    x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / f"scorer-{fingerprint()}.sqlite"))
     np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
     results = {name: measure(x[:, cols], y, q, d) for name, cols in VARIANTS.items()}
     results["scorer alone"] = measure(x[:, -1:], y, q, d)  # its model is never written

@@ -196,6 +196,10 @@ def markdown(result: Mapping[str, Any]) -> str:
     card = result["card"]
     lines += ["", f"Scorer: {card['steps']} steps over {card['pairs']} pairs ({card['sources']}), "
               f"abstention threshold {result['threshold']} set on the training data's held-out unanswerable groups."]
+    if result.get("candidate"):
+        lines += ["", f"A candidate scorer (`{result['candidate']}`), not the one that ships. The offline grader's "
+                  "columns read with it through the shipped calibration, which was fitted on the shipped scorer's "
+                  "logits: they are not what a grader refitted on this scorer would give."]
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--scorer", help="a scorer folder other than the one that ships (a candidate)")
+    parser.add_argument("--out", help="where a candidate's report goes (default: docs/dev/scorer.md, the shipped one's)")
     args = parser.parse_args(argv)
     from crag_lab import Lab
 
@@ -214,8 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kb[split] = kb_split(lab, scorer, [q.row() for q in load_dataset(path).queries])
     result = {"kb": kb, "squad": squad(scorer, lab), "hotpot": hotpot(scorer, lab),
               "card": {k: scorer.card.trained.get(k) for k in ("steps", "pairs", "sources")},
-              "threshold": scorer.card.abstain_below}
-    publish(OUT, markdown(result), result, write=not args.no_write)
+              "threshold": scorer.card.abstain_below, "candidate": args.scorer}
+    publish(ROOT / args.out if args.out else OUT, markdown(result), result, write=not args.no_write)
     return 0
 
 

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crag_lab.learned import fit
-from crag_lab.learned.data import cross_doc_pairs, doc_pairs, other_article_pairs, same_article_pairs, squad_pairs
+from crag_lab.learned.data import (
+    cross_doc_pairs,
+    doc_pairs,
+    other_article_pairs,
+    perturb,
+    perturbed_pairs,
+    same_article_pairs,
+    squad_pairs,
+)
 from crag_lab.learned.train import abstention_threshold
 
 ROW = {"id": "Gate/p0/q0", "title": "Gate_Way", "question": "Which port does it use?",
@@ -147,3 +157,87 @@ def test_fit_runs_as_a_plain_script_without_crag_lab_and_resumes_from_its_checkp
     again = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "b")],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "resuming at step 2 of 2" in again.stdout
+    # --init goes on from a finished adapter: the head it learned is where training starts
+    import torch
+    from safetensors.torch import load_file
+
+    before = load_file(str(tmp_path / "a" / "adapter_model.safetensors"))
+    on = subprocess.run([sys.executable, "-c", code, *args[:4], "--work", str(tmp_path / "w2"), "--batch", "8",
+                         "--epochs", "1", "--warmup", "1", "--lr", "0", "--init", str(tmp_path / "a"),
+                         "--out", str(tmp_path / "c")], capture_output=True, text=True, timeout=600)
+    assert on.returncode == 0, on.stderr[-2000:]
+    after = load_file(str(tmp_path / "c" / "adapter_model.safetensors"))
+    head = [k for k in before if "classifier" in k]
+    assert head and all(torch.equal(before[k], after[k]) for k in head)  # lr 0: unchanged from the init
+    assert json.loads((tmp_path / "c" / "fit.json").read_text())["init"] == str(tmp_path / "a")
+
+
+def test_a_perturbed_question_changes_what_the_unit_answers_and_never_to_something_the_paragraph_says() -> None:
+    paragraph = "Mieszko was the first king of Poland in 966. He was followed by Boleslaw."
+    unit = "Mieszko was the first king of Poland in 966."
+    seen = {}
+    for seed in range(60):
+        changed = perturb("Who was the first king of Poland in 966?", unit, paragraph, ["Boleslaw", "Krakow"],
+                          random.Random(seed))
+        assert changed is not None
+        question, kind = changed
+        seen[kind] = question
+    assert seen["antonym"] == "Who was the last king of Poland in 966?"
+    assert seen["negation"] == "Who was not the first king of Poland in 966?"
+    # another name of the article the unit does not hold; Poland is the name the unit holds
+    assert seen["entity"] in {"Who was the first king of Boleslaw in 966?", "Who was the first king of Krakow in 966?"}
+    number = seen["number"].split(" in ")[1].rstrip("?")
+    assert number != "966" and number not in paragraph
+
+
+def test_a_question_nothing_fits_is_left_alone() -> None:
+    # do-support has no place for "not" a pattern can find; no antonym, name or number of the unit
+    assert perturb("what did they eat", "They ate bread.", "They ate bread.", [], random.Random(0)) is None
+    # a unit that already negates is not contrasted with a negated question
+    assert perturb("what is used", "Nothing is used.", "Nothing is used.", [], random.Random(0)) is None
+
+
+def test_perturbed_pairs_put_the_original_beside_its_changed_question_on_the_same_unit() -> None:
+    rows = [{**ROW, "id": f"Gate/p0/q{i}", "question": q} for i, q in
+            enumerate(["Where did the gateway get built in 2019?", "What does it use?"])]
+    rows[0]["answers"] = ["2019"]
+    pairs = perturbed_pairs(rows, share=1.0, seed=1)
+    assert [(p.label, p.source) for p in pairs] == [(1, "perturbed"), (0, "perturbed-number")]
+    kept, changed = pairs
+    assert kept.text == changed.text == "Gate Way: The gateway was built in 2019."
+    assert kept.question == rows[0]["question"] and changed.question != kept.question
+    assert perturbed_pairs(rows, share=0.0) == []
+
+
+def _squad_files(folder: Path) -> None:
+    rows = [{"id": f"Article_{t}/p{p}/q0", "title": f"Article_{t}", "is_impossible": False,
+             "context": f"Mieszko{t} was the first king of Land{t} in 9{p:02d}. Bolek{t} came after him.",
+             "question": f"Who was the first king of Land{t} in 9{p:02d}?", "answers": [f"Mieszko{t}"]}
+            for t in range(40) for p in range(5)]
+    excerpt = [{**rows[0], "id": f"Ex_{t}/p0/q0", "title": f"Ex_{t}", "is_impossible": True, "answers": []}
+               for t in range(2)]
+    for name, data in (("squad11_train.jsonl.gz", rows), ("squad2_train_excerpt.jsonl.gz", excerpt)):
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in data)
+
+
+def test_the_contrast_recipe_changes_questions_the_replay_did_not_draw_and_validates_on_held_out_articles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from crag_lab.learned import train
+
+    monkeypatch.setattr(train, "documentation", lambda sites=(): [])
+    _squad_files(tmp_path)
+    held = train.held_out_titles(train.read_jsonl(tmp_path / "squad11_train.jsonl.gz"), 13)  # as build draws them
+    assert len(held) == 2
+    data = train.build(tmp_path, recipe=replace(train.RECIPES["contrast"], questions=60, perturbed=80), seed=13)
+    changed = [p for p in data.train if p.source.startswith("perturbed-")]
+    replayed = {p.group for p in data.train if p.source == "squad11"}
+    assert len(changed) == 80  # every drawn question has a change that fits
+    assert not {p.group.rsplit("/", 1)[0] for p in changed} & replayed  # other questions than the replay's
+    assert all(p.text.split(": ", 1)[0].replace(" ", "_") not in held for p in changed)
+    val_changed = [p for p in data.val if p.source.startswith("perturbed-")]
+    assert val_changed and all(p.text.split(": ", 1)[0].replace(" ", "_") in held for p in val_changed)
+    plain = train.build(tmp_path, recipe=replace(train.RECIPES["cpu"], questions=60), seed=13)
+    assert not [p for p in plain.train + plain.val if p.source.startswith("perturbed")]

@@ -194,5 +194,9 @@ def test_a_response_cache_written_with_another_calibration_does_not_match() -> N
             changed["model"]["intercept"] += 0.1
             mp.setattr("crag_lab.offline.grader.load_calibration", lambda: changed)
             assert OfflineModel().cache_identity()["grader"] != identity["grader"]
+        calibration_fingerprint.cache_clear()
+        with pytest.MonkeyPatch.context() as mp:  # the same calibration over another answer scorer
+            mp.setattr("crag_lab.learned.scorer.fingerprint", lambda folder=None: "another-scorer")
+            assert OfflineModel().cache_identity()["grader"] != identity["grader"]
     finally:
         calibration_fingerprint.cache_clear()

@@ -230,3 +230,104 @@ def cross_doc_pairs(docs: Sequence[list[Pair]], *, seed: int = 0) -> list[Pair]:
         out += [Pair(question, t, 0, f"{pairs[0].group}/cross", "docs-unanswerable")
                 for t in rng.sample(texts, min(len(texts), 4))]
     return out
+
+
+# Near-miss unanswerable questions made from answerable ones, after the rule-based baselines of Zhu et
+# al. 2019 ("Learning to Ask Unanswerable Questions from Answerable Ones"): the question is changed so
+# that the sentence that answered it no longer does, and the pair (changed question, that sentence)
+# is a negative. SQuAD 2.0's written unanswerable questions are mostly of these kinds.
+_ANTONYMS = dict(p for a, b in (
+    ("first", "last"), ("largest", "smallest"), ("most", "least"), ("highest", "lowest"), ("earliest", "latest"),
+    ("oldest", "youngest"), ("before", "after"), ("increase", "decrease"), ("increased", "decreased"),
+    ("north", "south"), ("east", "west"), ("northern", "southern"), ("eastern", "western"),
+    ("maximum", "minimum"), ("longest", "shortest"), ("biggest", "smallest"), ("best", "worst"),
+    ("won", "lost"), ("win", "lose"), ("start", "end"), ("began", "ended"), ("beginning", "end"),
+    ("more", "fewer"), ("larger", "smaller"), ("higher", "lower"), ("older", "newer"), ("major", "minor"),
+    ("positive", "negative"), ("allowed", "banned"), ("early", "late"), ("inside", "outside"),
+    ("import", "export"), ("imported", "exported"), ("accepted", "rejected"), ("strongest", "weakest"),
+) for p in ((a, b), (b, a)))
+_AUXILIARY = re.compile(r"\b(is|was|are|were|can|could|will|would|should)\b(?!\s+not\b)", re.I)
+"""Where "not" goes without moving a verb; do-support ("when did X sail" -> "when did X not sail") needs
+the verb's place, which a pattern cannot find, so those questions are not negated."""
+_NEGATED = re.compile(r"\b(not|never|no|nor|none|nothing|nobody|neither|cannot|without)\b|n't\b", re.I)
+_NAME = re.compile(r"\b[A-Z][\w'-]*(?:[ ](?:(?:of|the|de|von|van|del|la)[ ])?[A-Z][\w'-]*)*")
+_NUMBER = re.compile(r"\b\d{1,4}\b")
+_WH = frozenset({"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "in", "on", "the", "a", "an"})
+PERTURBATIONS = ("antonym", "negation", "entity", "number")
+
+
+def _names(text: str) -> list[str]:
+    return [m.group(0) for m in _NAME.finditer(text) if m.group(0).lower() not in _WH]
+
+
+def perturb(question: str, answer_unit: str, paragraph: str, article_names: Sequence[str],
+            rng: random.Random) -> tuple[str, str] | None:
+    """The question changed so that ``answer_unit`` no longer answers it, and how; None when no change fits.
+
+    Tried in a random order: an *antonym* (``first`` → ``last``) whose replacement the paragraph never
+    uses; a *negation* (``was`` → ``was not``) when the unit negates nothing; an *entity* of the question
+    that the unit names, swapped for another name of the same article that the unit does not hold; a
+    *number* of the question that the unit holds, changed to one the paragraph does not hold.
+
+    >>> perturb("Who was the first king of Poland?", "Mieszko was the first king of Poland.",
+    ...         "Mieszko was the first king of Poland.", [], random.Random(1))
+    ('Who was the last king of Poland?', 'antonym')
+    """
+    para = paragraph.lower()
+    kinds = [k for k in PERTURBATIONS if k != "negation"]
+    rng.shuffle(kinds)
+    kinds.insert(rng.randint(0, len(kinds)) if rng.random() < 0.3 else len(kinds), "negation")  # it fits most questions
+    for kind in kinds:
+        if kind == "antonym":
+            words = [m for m in re.finditer(r"[A-Za-z]+", question) if m.group(0).lower() in _ANTONYMS]
+            words = [m for m in words if not re.search(rf"\b{_ANTONYMS[m.group(0).lower()]}\b", para)]
+            if words:
+                m = rng.choice(words)
+                swap = _ANTONYMS[m.group(0).lower()]
+                return question[:m.start()] + (swap.capitalize() if m.group(0)[0].isupper() else swap) + question[m.end():], kind
+        elif kind == "negation":
+            aux = _AUXILIARY.search(question)
+            if aux and not _NEGATED.search(answer_unit) and not _NEGATED.search(question):
+                return question[:aux.end()] + " not" + question[aux.end():], kind
+        elif kind == "entity":
+            named = [n for n in _names(question) if n in answer_unit]
+            others = sorted({n for n in article_names if n not in answer_unit and n not in question and len(n) > 2})
+            if named and others:
+                return question.replace(rng.choice(named), rng.choice(others), 1), kind
+        elif kind == "number":
+            numbers = [n for n in _NUMBER.finditer(question) if re.search(rf"\b{n.group(0)}\b", answer_unit)]
+            if numbers:
+                m = rng.choice(numbers)
+                value = int(m.group(0))
+                for _ in range(8):
+                    new = value + rng.choice((-1, 1)) * rng.randint(1, 9 if value > 1800 else max(2, value // 2))
+                    if new > 0 and not re.search(rf"\b{new}\b", paragraph):
+                        return question[:m.start()] + str(new) + question[m.end():], kind
+    return None
+
+
+def perturbed_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, seed: int = 0) -> list[Pair]:
+    """For ``share`` of the answerable rows, the pair (question, the unit that answers it) as a positive and
+    (`perturb`-ed question, the same unit) as a negative, each in its own group: the scorer learns that a
+    changed word, name or number unmakes an answer."""
+    rng = random.Random(seed)
+    names: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        names[str(row["title"])] += _names(str(row["context"]))
+    out: list[Pair] = []
+    for row in rows:
+        if row.get("is_impossible") or rng.random() >= share:
+            continue
+        title = _title(str(row["title"]))
+        units = units_of(1, str(row["context"]), title)
+        answers = [_norm(a) for a in row["answers"] if a.strip()]
+        held = [u for u in units if any(a in _norm(u.text) for a in answers)]
+        if not held:
+            continue
+        changed = perturb(str(row["question"]), held[0].text, str(row["context"]), names[str(row["title"])], rng)
+        if changed is None:
+            continue
+        text = unit_text(title, held[0])
+        out += [Pair(str(row["question"]), text, 1, f"{row['id']}/kept", "perturbed"),
+                Pair(changed[0], text, 0, f"{row['id']}/{changed[1]}", f"perturbed-{changed[1]}")]
+    return out

@@ -67,8 +67,12 @@ def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
 def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *, base: str | Path,
         out: str | Path, work: str | Path, seed: int = 13, rank: int = 16, targets: str = "qkv",
         lr: float = 5e-4, batch: int = 32, epochs: float = 1.0, max_length: int = 96, warmup: int = 50,
-        checkpoint_every: int = 100, device: str = "cpu", log_every: int = 20) -> dict[str, Any]:
-    """Train the adapter and head on the pairs and save them to ``out``; what was done, as a dict."""
+        checkpoint_every: int = 100, device: str = "cpu", log_every: int = 20,
+        init: str | Path | None = None) -> dict[str, Any]:
+    """Train the adapter and head on the pairs and save them to ``out``; what was done, as a dict.
+
+    With ``init`` (a folder holding an adapter and head, such as the one that ships) training continues
+    from it instead of a fresh adapter; ``rank`` and ``targets`` are then the init's own."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -79,6 +83,8 @@ def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *
     state_file = work / "state.pt"
     if state_file.exists():
         model = PeftModel.from_pretrained(model, str(work / "adapter"), is_trainable=True)
+    elif init is not None:
+        model = PeftModel.from_pretrained(model, str(init), is_trainable=True)
     else:
         model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
                                                  target_modules=TARGETS[targets],
@@ -132,7 +138,7 @@ def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *
     model.to("cpu").save_pretrained(str(out))
     return {"seed": seed, "rank": rank, "targets": targets, "lr": lr, "batch": batch, "epochs": epochs,
             "steps": steps, "max_length": max_length, "device": device,
-            "minutes": round((time.time() - started) / 60, 1)}
+            "minutes": round((time.time() - started) / 60, 1), **({"init": str(init)} if init else {})}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -151,13 +157,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-length", type=int, default=96)
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--init", help="continue from the adapter and head in this folder")
     args = parser.parse_args(argv)
     questions, texts, labels = read_pairs(args.pairs)
     print(f"{len(labels)} pairs, {sum(labels)} positive", flush=True)
     done = fit(questions, texts, labels, base=args.base, out=args.out, work=args.work, seed=args.seed,
                rank=args.rank, targets=args.targets, lr=args.lr, batch=args.batch, epochs=args.epochs,
                max_length=args.max_length, warmup=args.warmup, checkpoint_every=args.checkpoint_every,
-               device=args.device)
+               device=args.device, init=args.init)
     (Path(args.out) / "fit.json").write_text(json.dumps(done, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(done), flush=True)
 

@@ -14,6 +14,7 @@ array([0.97], dtype=float32)
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import threading
@@ -103,6 +104,21 @@ class AnswerScorer:
                     while len(self._memo) > MEMO_SIZE:
                         self._memo.popitem(last=False)
         return out
+
+
+def fingerprint(folder: str | Path | None = None) -> str:
+    """A short hash of a scorer's adapter, head and card (default: the one that ships), read without
+    loading a model: grades and answers read with another scorer are told apart by it
+    (`crag_lab.offline.grader.calibration_fingerprint`, `OfflineModel.cache_identity`)."""
+    return _fingerprint(str(Path(folder or SCORER_DIR).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _fingerprint(folder: str) -> str:
+    digest = hashlib.sha256()
+    for name in ("adapter_model.safetensors", "scorer.json"):
+        digest.update((Path(folder) / name).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def base_model(num_labels: int = 1) -> tuple[Any, Any]:

@@ -4,6 +4,11 @@ Two recipes (``--recipe``), the same code and sources, sized for the machine:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
+- ``contrast`` (about half an hour on two cores): continues the adapter that ships (``--init``, default
+  the shipped folder) on near-miss unanswerable questions made from answerable ones (`perturbed_pairs`:
+  an antonym, a negation, another name of the article, another number, each against the sentence that
+  answered the original, which stays a positive beside it), 8,000 SQuAD questions, with a replay of
+  the other sources so that what it read before is not forgotten; one epoch of batches of 32.
 - ``gpu``: every SQuAD v1.1 train question outside the held-out articles, near-miss unanswerable
   groups from the question's own article, the READMEs of every environment named with ``--site``,
   and an adapter on every linear layer, two epochs of batches of 256. Run it in three steps:
@@ -45,6 +50,7 @@ from crag_lab.learned.data import (
     cross_doc_pairs,
     doc_pairs,
     other_article_pairs,
+    perturbed_pairs,
     same_article_pairs,
     squad_pairs,
 )
@@ -100,11 +106,14 @@ class Recipe:
     epochs: float
     max_length: int
     warmup: int
+    perturbed: int = 0  # further questions drawn for `perturbed_pairs` (0: none)
+    continues: bool = False  # train on from an adapter (``--init``) instead of a fresh one
 
 
 RECIPES = {
     "cpu": Recipe(6000, 0.25, 0.0, 60, 3, 16, "qkv", 5e-4, 32, 1.0, 96, 50),
     "gpu": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200),
+    "contrast": Recipe(2500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, perturbed=8000, continues=True),
 }
 
 
@@ -149,12 +158,16 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     def near_miss(rows: Sequence[dict[str, Any]], s: int) -> list[Pair]:
         return same_article_pairs(rows, share=recipe.same_share, seed=s) if recipe.same_share else []
 
-    train = (squad_pairs(train_rows, seed=seed) + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
+    drawn = {r["id"] for r in train_rows}
+    rest = [r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] if recipe.perturbed else []
+    contrast = perturbed_pairs(rng.sample(rest, min(recipe.perturbed, len(rest))), share=1.0, seed=seed) if rest else []
+    train = (contrast + squad_pairs(train_rows, seed=seed) + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
              + near_miss(train_rows, seed)
              + squad_pairs([r for r in excerpt if r["title"] == ex_titles[0]], seed=seed)
              + ([p for d in train_docs for p in d] + cross_doc_pairs(train_docs, seed=seed)) * recipe.docs_repeat)
     val = (squad_pairs(val_rows, seed=seed + 1) + other_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + same_article_pairs(val_rows, share=0.25, seed=seed + 1)
+           + (perturbed_pairs(val_rows, share=0.5, seed=seed + 1) if recipe.perturbed else [])
            + squad_pairs([r for r in excerpt if r["title"] != ex_titles[0]], seed=seed + 1)
            + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1))
     return TrainingSet(train, val, [(n, v, lic) for n, v, lic, _ in docs], sorted(docs[i][0] for i in held_docs))
@@ -234,7 +247,8 @@ def train(args: argparse.Namespace) -> None:
                            base=model_dir(), out=out, work=args.work, seed=args.seed, rank=recipe.rank,
                            targets=recipe.targets, lr=recipe.lr, batch=recipe.batch, epochs=recipe.epochs,
                            max_length=recipe.max_length, warmup=recipe.warmup,
-                           checkpoint_every=args.checkpoint_every)
+                           checkpoint_every=args.checkpoint_every,
+                           init=(args.init or SCORER_DIR) if recipe.continues else None)
     scorer = AnswerScorer.from_adapter(out, ScorerCard(recipe.max_length, 0.5, {}))
     started = time.time()
     report = evaluate(scorer.predict, data.val)
@@ -251,6 +265,12 @@ def train(args: argparse.Namespace) -> None:
             "validation_minutes": round((time.time() - started) / 60, 1),
         },
     }
+    if recipe.continues:  # what the adapter it went on from was trained on, and how it reads the same pairs
+        init = Path(args.init or SCORER_DIR)
+        card["trained"]["continued_from"] = json.loads((init / "scorer.json").read_text(encoding="utf-8"))
+        before = evaluate(AnswerScorer.from_adapter(init, ScorerCard(recipe.max_length, 0.5, {})).predict, data.val)
+        before.pop("_best")
+        card["trained"]["validation_before"] = before
     (out / "scorer.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in card["trained"].items() if k not in ("documentation",)}, indent=1))
 
@@ -265,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dump-pairs", help="write the training pairs to this file for fit.py and stop")
     parser.add_argument("--adapter", help="a folder fit.py wrote: measure it and write the card instead of training")
     parser.add_argument("--out", default=str(SCORER_DIR))
+    parser.add_argument("--init", help="the adapter a continuing recipe (contrast) starts from (default: the one that ships)")
     parser.add_argument("--work", default=".cache/scorer-train", help="checkpoints; rerun to resume")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--threads", type=int, default=2)

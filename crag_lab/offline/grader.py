@@ -99,9 +99,15 @@ class _LogisticModel:
 
 @functools.lru_cache(maxsize=1)
 def calibration_fingerprint() -> str:
-    """A short hash of the committed grader parameters: a response cache or run journal written with
-    another calibration never hands its grades to this one (`OfflineModel.cache_identity`)."""
-    text = json.dumps(load_calibration().get("model", {}), sort_keys=True)
+    """A short hash of the committed grader parameters, and of the answer scorer when they read with it
+    (`crag_lab.learned.scorer.fingerprint`): a response cache or run journal written with another
+    calibration or scorer never hands its grades to this one (`OfflineModel.cache_identity`)."""
+    model = load_calibration().get("model", {})
+    text = json.dumps(model, sort_keys=True)
+    if SCORER_FEATURE in model.get("features", ()):
+        from crag_lab.learned.scorer import fingerprint
+
+        text += fingerprint()
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 

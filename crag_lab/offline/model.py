@@ -103,7 +103,8 @@ class OfflineModel:
 
     def cache_identity(self) -> dict[str, str]:
         """What identifies this model's replies: its name, the grader's calibration
-        (`grader.calibration_fingerprint`), and the router and reader when they are not the rules. A
+        (`grader.calibration_fingerprint`, the answer scorer's included), and the router and reader
+        when they are not the rules (a learned reader with its scorer's fingerprint). A
         response cache or a run journal never mixes their answers: one written before the grader read
         with the answer scorer, or before the learned router became the default, does not match."""
         from crag_lab.offline.grader import calibration_fingerprint
@@ -112,7 +113,10 @@ class OfflineModel:
         if self.router != "rules":
             identity["router"] = self.router
         if self.reader != "rules":
+            from crag_lab.learned.scorer import fingerprint
+
             identity["reader"] = self.reader
+            identity["scorer"] = fingerprint()
         return identity
 
     @property
