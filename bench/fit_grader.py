@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _grader_domains import CachedScorer, docs_groups, hotpot_groups, kb_groups, squad_groups  # noqa: E402
 
-from crag_lab.offline.grader import SCORER_FEATURE, scorer_logits  # noqa: E402
+from crag_lab.offline.grader import BRIDGE_FEATURE, SCORER_FEATURE, bridge_scores, scorer_logits  # noqa: E402
 from crag_lab.offline.reading import GRADER_FEATURES, features, read  # noqa: E402
 from crag_lab.offline.vectors import VectorCache  # noqa: E402
 
@@ -91,13 +91,13 @@ def domains(cache: VectorCache, trained: dict[str, Any]) -> list[dict[str, Any]]
 
 def extract(groups: list[dict[str, Any]], cache: VectorCache,
             scorer: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Feature rows (the runtime's seven, then the scorer's logit), labels, question keys and domains."""
+    """Feature rows (the runtime's seven, the scorer's logit, the bridge), labels, question keys and domains."""
     xs, ys, qs, ds = [], [], [], []
     for group in groups:
         reading = read(group["query"], group["items"], cache)
-        logits = scorer_logits(reading, scorer)
-        for item, label, logit in zip(reading.items, group["labels"], logits, strict=True):
-            xs.append([*features(item, reading.kind), float(logit)])
+        logits, bridges = scorer_logits(reading, scorer), bridge_scores(reading)
+        for item, label, logit, bridge in zip(reading.items, group["labels"], logits, bridges, strict=True):
+            xs.append([*features(item, reading.kind), float(logit), float(bridge)])
             ys.append(label)
             qs.append(f"{group['domain']}/{group['query']}")  # one question's groups share a fold
             ds.append(group["domain"])
@@ -204,10 +204,11 @@ def measure(x: np.ndarray, y: np.ndarray, q: np.ndarray, d: np.ndarray,
     return reports, model
 
 
-COLUMNS = [*GRADER_FEATURES, SCORER_FEATURE]
+COLUMNS = [*GRADER_FEATURES, SCORER_FEATURE, BRIDGE_FEATURE]
 """The columns `extract` gives, in order; a fitted model names the leading ones it uses."""
 VARIANTS = {
-    "offline features + scorer (ships)": slice(None),
+    "offline features + scorer + bridge (ships)": slice(None),
+    "offline features + scorer (before the bridge)": slice(0, len(GRADER_FEATURES) + 1),
     "offline features only": slice(0, len(GRADER_FEATURES)),
 }
 """The forms fitted and reported side by side (the scorer alone is reported from its own column)."""
@@ -227,17 +228,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / f"scorer-{fingerprint()}.sqlite"))
     np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
     results = {name: measure(x[:, cols], y, q, d) for name, cols in VARIANTS.items()}
-    results["scorer alone"] = measure(x[:, -1:], y, q, d)  # its model is never written
+    scorer_col = COLUMNS.index(SCORER_FEATURE)
+    results["scorer alone"] = measure(x[:, scorer_col:scorer_col + 1], y, q, d)  # its model is never written
     no_kb = d != "kb"
-    results["offline features + scorer, without the kb domain"] = measure(x[no_kb], y[no_kb], q[no_kb], d[no_kb])
-    results["offline features + scorer, domains weighted equally"] = measure(x, y, q, d, {})
-    reports, model = results["offline features + scorer (ships)"]
+    results["shipped features, without the kb domain"] = measure(x[no_kb], y[no_kb], q[no_kb], d[no_kb])
+    results["shipped features, domains weighted equally"] = measure(x, y, q, d, {})
+    reports, model = results["offline features + scorer + bridge (ships)"]
     lines = report_markdown(results, model)
     print("\n".join(lines))
     if not args.no_write:
         data = {
             "description": "Offline relevance grader: logistic regression on crag_lab.offline.reading features and the "
-                           "answer scorer's best-unit logit, label 'the item overlaps a labelled answer location', "
+                           "answer scorer's best-unit logit and the bridge (grader.bridge_scores), "
+                           "label 'the item overlaps a labelled answer location', "
                            "fitted at even odds (gold and non-gold items weighted equally within each domain; domain "
                            f"weights {DOMAIN_WEIGHTS}, others 1) on the training domains {', '.join(FITTED)}; "
                            "measured out of fold there and held out "
@@ -268,7 +271,7 @@ def report_markdown(results: dict[str, tuple[dict[str, Any], dict[str, Any]]], m
             lines.append(f"| {name} | {dom} | {r['how']} | {r['items']:,} | {r['gold']:,} | {r['auroc']:.3f} | "
                          f"{r['ece_even_odds']:.3f} | {r['accuracy']:.1%} | {r['accuracy_even_odds']:.1%} | "
                          f"{r['gold_kept_at_0.3']:.0%} | {r['gold_at_or_above_0.7']:.0%} | {r['non_gold_below_0.3']:.0%} |")
-    reports = results["offline features + scorer (ships)"][0]
+    reports = results["offline features + scorer + bridge (ships)"][0]
     lines += ["", "## Reliability of the shipped grader", "",
               "How often items in each score band were gold, raw and re-weighted to even odds (the scale grades are "
               "fitted to: a calibrated grader has the even-odds rate close to the mean score).", "",

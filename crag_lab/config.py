@@ -242,7 +242,7 @@ OfflineRouter = Literal["rules", "learned"]
 
 OfflineReader = Literal["rules", "learned"]
 """The offline readers by name: ``rules`` (the synthesizer's support score, the default) and ``learned``
-(its ranking re-ordered by the trained answer scorer, which also decides when to abstain)."""
+(its ranking re-ordered by the trained answer scorer; the rules' support still decides when to abstain)."""
 
 
 class OfflineSettings(EnvFileSettings):
@@ -252,7 +252,7 @@ class OfflineSettings(EnvFileSettings):
     on public chit-chat and question sets, `crag_lab.learned.LearnedRouter`, the default) or ``rules``
     (phrase rules and prototypes); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
     reader: ``rules`` (the default) or ``learned`` (`crag_lab.learned.AnswerScorer` re-ranks the top
-    units and decides when to abstain). Kept apart from `CragConfig`: it is part of which model
+    units; the rules still decide when to abstain). Kept apart from `CragConfig`: it is part of which model
     answers (its cache identity), not a threshold of the loop.
 
     >>> OfflineSettings(router="rules").router
@@ -266,4 +266,4 @@ class OfflineSettings(EnvFileSettings):
         "learned", description="'learned' (a trained classifier) or 'rules' (phrase rules and prototypes).")
     reader: OfflineReader = Field(
         "rules", description="'rules' (the synthesizer's support score) or 'learned' (the trained answer scorer "
-                             "re-ranks the top units and decides when to abstain).")
+                             "re-ranks the top units; the rules still decide when to abstain).")

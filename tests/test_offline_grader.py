@@ -37,10 +37,40 @@ def test_relevant_item_reads_as_enough_and_noise_as_noise(grader: CalibratedGrad
     assert relevant >= 0.7 > 0.3 > unrelated
 
 
-def test_item_score_does_not_depend_on_the_rest_of_the_batch(grader: CalibratedGrader) -> None:
-    alone = grader.score(QUERY, [RELEVANT])
-    batch = grader.score(QUERY, [UNRELATED, *OTHERS, RELEVANT])
-    assert alone[0] == batch[-1]
+def test_item_score_depends_on_the_rest_of_the_batch_only_through_the_bridge(grader: CalibratedGrader) -> None:
+    alone = grader.score(QUERY, [RELEVANT], ["api-gateway"])
+    batch = grader.score(QUERY, [UNRELATED, *OTHERS, RELEVANT], ["Biology", "Meetings", "Certificates", "api-gateway"])
+    assert alone[0] == batch[-1]  # no other item names "api-gateway"
+
+
+def test_an_item_another_item_names_gets_that_items_match_as_its_bridge() -> None:
+    from crag_lab.offline.grader import bridge_scores
+
+    cache = VectorCache()
+    items = [{"text": "The api-gateway keeps its TLS sessions in Ledger Store.", "title": "api-gateway"},
+             {"text": "Port 5433, replicated twice.", "title": "Ledger Store"},
+             {"text": "Backups run nightly.", "title": "Backups"},
+             {"text": "Ledger Store is also named here.", "title": "Ledger Store"}]
+    reading = read("Which port does the api-gateway's session store use?", items, cache)
+    bridges = bridge_scores(reading)
+    assert bridges[1] == pytest.approx(reading.items[0].cos)  # named by the item that matches the question
+    assert bridges[0] == bridges[2] == 0.0  # nobody names them
+    assert bridges[3] == pytest.approx(reading.items[0].cos)  # an item of the same title never bridges itself
+    assert bridge_scores(read(reading.query, items[1:2], cache))[0] == 0.0  # graded alone: nothing names it
+    assert bridge_scores(read(reading.query, [{"text": "See DB.", "title": "x"}, {"text": "x", "title": "DB"}],
+                              cache)).tolist() == [0.0, 0.0]  # "x" and "db" are too short to be names
+
+
+def test_the_shipped_bridge_raises_a_named_items_grade(grader: CalibratedGrader) -> None:
+    from crag_lab.offline.grader import BRIDGE_FEATURE
+
+    assert BRIDGE_FEATURE in grader.feature_names
+    question = "Which port does the api-gateway's session store use?"
+    target = {"text": "Port 5433, replicated twice.", "title": "Ledger Store"}
+    alone = grader.score_items(question, [target])[0]
+    named = grader.score_items(question, [
+        {"text": "The api-gateway keeps its TLS sessions in Ledger Store.", "title": "api-gateway"}, target])[1]
+    assert named > alone
 
 
 def test_empty_inputs_and_mismatched_titles(grader: CalibratedGrader) -> None:
@@ -130,6 +160,12 @@ def test_bad_params_name_what_is_wrong() -> None:
     params["model"]["features"] = ["cos_text"]
     with pytest.raises(ValueError, match="refit"):
         CalibratedGrader(params=params)
+    params = copy.deepcopy(load_calibration())
+    params["model"]["features"] = [*GRADER_FEATURES, "bridge", "scorer_logit"]  # the optional ones out of order
+    for key in ("low", "high", "mean", "scale", "coef"):
+        params["model"][key] = [0.0] * len(GRADER_FEATURES) + [0.0, 0.0]
+    with pytest.raises(ValueError, match="in that order"):
+        CalibratedGrader(params=params)
 
 
 class _FakeScorer:
@@ -162,10 +198,9 @@ def test_the_scorer_column_is_read_only_when_the_calibration_uses_it() -> None:
 
     params: dict[str, Any] = copy.deepcopy(load_calibration())
     model = params["model"]
-    if SCORER_FEATURE in model["features"]:  # strip it: a seven-feature calibration never asks the scorer
-        for key in ("low", "high", "mean", "scale", "coef"):
-            model[key] = model[key][:len(GRADER_FEATURES)]
-        model["features"] = list(GRADER_FEATURES)
+    for key in ("low", "high", "mean", "scale", "coef"):  # a seven-feature calibration never asks the scorer
+        model[key] = model[key][:len(GRADER_FEATURES)]
+    model["features"] = list(GRADER_FEATURES)
     scorer = _FakeScorer()
     seven = CalibratedGrader(params=params, scorer=scorer)
     assert seven.feature_names == GRADER_FEATURES

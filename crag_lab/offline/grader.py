@@ -2,8 +2,9 @@
 
 No LLM and no download: the features of `crag_lab.offline.reading` (MiniLM cosines of the question
 with the item and with its best unit, the share of the question's words they hold, whether the item
-holds the kind of answer asked for, its length) and the learned answer scorer's reading of the
-item's best units (`SCORER_FEATURE`, `crag_lab.learned.AnswerScorer`) go through a logistic
+holds the kind of answer asked for, its length), the learned answer scorer's reading of the
+item's best units (`SCORER_FEATURE`, `crag_lab.learned.AnswerScorer`) and the bridge — how well the
+question matches another item that names this one (`BRIDGE_FEATURE`, `bridge_scores`) — go through a logistic
 regression fitted by ``bench/fit_grader.py`` on labelled items of three training domains — the
 knowledge base's tuning questions (items retrieved for them, gold when they overlap a labelled
 answer location), SQuAD v1.1 train articles the scorer never saw, and public README files the
@@ -12,8 +13,9 @@ scorer never saw — and committed in ``crag_lab/_data/grader_calibration.json``
 
 So a score reads as the spec means it: ≥ 0.7, this item is likely enough to answer; < 0.3, it
 is probably noise. Grades are fitted at even odds (helpful and unhelpful items weighted equally),
-so an item's grade does not depend on how many other items the retriever returned. Each score
-depends only on (question, item), so batch and per-item grading agree.
+so an item's grade does not depend on how many other items the retriever returned. A score depends
+on (question, item) and, through the bridge only, on whether another item graded in the same call
+names the item's title: batch and per-item grading agree on every item no other item names.
 
 >>> grader = CalibratedGrader()  # doctest: +SKIP
 >>> grader.score("Which port does the gateway use?", ["The gateway listens on port 8443.", "Cats purr."])
@@ -26,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -37,12 +40,16 @@ from crag_lab.offline.reading import GRADER_FEATURES, Reading, features, read, u
 from crag_lab.offline.units import question_parts
 from crag_lab.offline.vectors import VectorCache
 
-__all__ = ["GRADER_FEATURES", "SCORER_FEATURE", "CalibratedGrader", "calibration_fingerprint", "load_calibration",
-           "scorer_logits"]
+__all__ = ["BRIDGE_FEATURE", "GRADER_FEATURES", "SCORER_FEATURE", "CalibratedGrader", "bridge_scores",
+           "calibration_fingerprint", "load_calibration", "scorer_logits"]
 
 CALIBRATION_RESOURCE = "grader_calibration.json"
 SCORER_FEATURE = "scorer_logit"
 """The optional eighth feature: the logit of the answer scorer's best probability over an item's units."""
+BRIDGE_FEATURE = "bridge"
+"""The optional ninth feature: how well the question matches another item that names this one (`bridge_scores`)."""
+OPTIONAL_FEATURES = (SCORER_FEATURE, BRIDGE_FEATURE)
+"""What a calibration may add after `GRADER_FEATURES`, in this order."""
 SCORER_UNITS = 4
 """The scorer reads this many units of each item: its best by the offline reading's support."""
 _P_FLOOR = 1e-4
@@ -65,6 +72,31 @@ def scorer_logits(reading: Reading, scorer: Any) -> np.ndarray:
     return np.asarray(np.log(p / (1 - p)), dtype=np.float64)
 
 
+def _words(text: str) -> str:
+    return " " + " ".join(re.findall(r"\w+", text.lower())) + " "
+
+
+def bridge_scores(reading: Reading) -> np.ndarray:
+    """One value per item of ``reading``: the highest cosine with the question among the *other* items
+    whose text names this item's title, 0 when none does (or the title is under 4 characters).
+
+    Multi-hop evidence is linked by names: the passage that matches the question names the entity the
+    second hop is about, and the passage about that entity carries its name as its title (HotpotQA's
+    bridge paragraphs; a runbook naming the service whose page holds the answer). Such an item may
+    share few words with the question and still be needed. Items are compared within one grading
+    call, so an item graded alone (per-item grading) has 0 here.
+    """
+    titles = [_words(item.title) for item in reading.items]
+    texts = [_words(" ".join(u.unit.text for u in item.units)) for item in reading.items]
+    out = np.zeros(len(reading.items))
+    for i, title in enumerate(titles):
+        if len(title.strip()) < 4:
+            continue
+        named_by = [reading.items[j].cos for j in range(len(titles)) if j != i and titles[j] != title and title in texts[j]]
+        out[i] = max(named_by, default=0.0)
+    return out
+
+
 @dataclass(frozen=True)
 class _LogisticModel:
     features: tuple[str, ...]
@@ -83,9 +115,11 @@ class _LogisticModel:
             intercept = float(data["intercept"])
         except KeyError as exc:
             raise ValueError(f"grader calibration lacks key {exc.args[0]!r}") from None
-        if names not in (GRADER_FEATURES, (*GRADER_FEATURES, SCORER_FEATURE)):
+        extra = names[len(GRADER_FEATURES):]
+        if names[:len(GRADER_FEATURES)] != GRADER_FEATURES or extra != tuple(f for f in OPTIONAL_FEATURES if f in extra):
             raise ValueError(f"grader calibration features {list(names)} are not this grader's {list(GRADER_FEATURES)} "
-                             f"(optionally followed by {SCORER_FEATURE!r}); refit with bench/fit_grader.py")
+                             f"(optionally followed by {', '.join(map(repr, OPTIONAL_FEATURES))}, in that order); "
+                             "refit with bench/fit_grader.py")
         if any(arr.shape != (len(names),) for arr in arrays) or np.any(arrays[3] > arrays[4]):
             raise ValueError(f"grader calibration needs mean/scale/coef/low/high of {len(names)} values, low <= high")
         mean, scale, coef, low, high = arrays
@@ -153,6 +187,8 @@ class CalibratedGrader:
             len(reading.items), len(GRADER_FEATURES))
         if SCORER_FEATURE in self.feature_names:
             x = np.column_stack([x, scorer_logits(reading, self.scorer) if len(x) else np.zeros(0)])
+        if BRIDGE_FEATURE in self.feature_names:
+            x = np.column_stack([x, bridge_scores(reading)])
         return x
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
