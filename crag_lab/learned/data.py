@@ -311,9 +311,10 @@ def perturbed_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, seed: in
     (`perturb`-ed question, the same unit) as a negative, each in its own group: the scorer learns that a
     changed word, name or number unmakes an answer."""
     rng = random.Random(seed)
-    names: dict[str, list[str]] = defaultdict(list)
+    contexts: dict[str, set[str]] = defaultdict(set)
     for row in rows:
-        names[str(row["title"])] += _names(str(row["context"]))
+        contexts[str(row["title"])].add(str(row["context"]))
+    names = {title: sorted({n for c in cs for n in _names(c)}) for title, cs in contexts.items()}  # once per paragraph
     out: list[Pair] = []
     for row in rows:
         if row.get("is_impossible") or rng.random() >= share:
