@@ -245,6 +245,11 @@ OfflineReader = Literal["rules", "learned"]
 (its ranking re-ordered by the trained answer scorer; the rules' support still decides when to abstain)."""
 
 
+OfflineLead = Literal["spans", "rules"]
+"""What an offline answer opens with in bold, by name: ``spans`` (the trained span reader's answer
+inside the first quote, the default) and ``rules`` (the one thing of the asked kind the quote holds)."""
+
+
 class OfflineSettings(EnvFileSettings):
     """How the offline model decides: arguments > environment (``CRAG_OFFLINE_``) > `.env` > defaults.
 
@@ -252,8 +257,11 @@ class OfflineSettings(EnvFileSettings):
     on public chit-chat and question sets, `crag_lab.learned.LearnedRouter`, the default) or ``rules``
     (phrase rules and prototypes); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
     reader: ``rules`` (the default) or ``learned`` (`crag_lab.learned.AnswerScorer` re-ranks the top
-    units; the rules still decide when to abstain). Kept apart from `CragConfig`: it is part of which model
-    answers (its cache identity), not a threshold of the loop.
+    units; the rules still decide when to abstain); ``lead`` (``CRAG_OFFLINE_LEAD``) what an answer
+    opens with in bold: ``spans`` (the trained span reader's answer in the first quote,
+    `crag_lab.learned.SpanReader`, the default) or ``rules`` (the asked kind of thing the quote holds).
+    Kept apart from `CragConfig`: it is part of which model answers (its cache identity), not a
+    threshold of the loop.
 
     >>> OfflineSettings(router="rules").router
     'rules'
@@ -267,3 +275,6 @@ class OfflineSettings(EnvFileSettings):
     reader: OfflineReader = Field(
         "rules", description="'rules' (the synthesizer's support score) or 'learned' (the trained answer scorer "
                              "re-ranks the top units; the rules still decide when to abstain).")
+    lead: OfflineLead = Field(
+        "spans", description="'spans' (the trained span reader picks the answer's exact words in the first quote) "
+                             "or 'rules' (the asked kind of thing the quote holds, by answer kinds and labels).")

@@ -79,18 +79,20 @@ def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
 
 def test_the_setting_picks_the_reader_and_it_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag_lab.learned.scorer import fingerprint
+    from crag_lab.learned.spans import fingerprint as spans_fingerprint
     from crag_lab.offline.grader import calibration_fingerprint
 
     grader = calibration_fingerprint()
+    leads = {"lead": "spans", "spans": spans_fingerprint()}
     assert OfflineModel().reader == "rules"
-    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned"}
+    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
     monkeypatch.setenv("CRAG_OFFLINE_READER", "learned")
     assert OfflineModel().reader == "learned"
     scorer = fingerprint()
     assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned",
-                                               "reader": "learned", "scorer": scorer}
-    assert OfflineModel(router="rules").cache_identity() == {"name": "offline", "grader": grader, "reader": "learned",
-                                                             "scorer": scorer}
+                                               "reader": "learned", "scorer": scorer, **leads}
+    assert OfflineModel(router="rules", lead="rules").cache_identity() == {
+        "name": "offline", "grader": grader, "reader": "learned", "scorer": scorer}
     assert OfflineModel(reader="rules").reader == "rules"
 
 

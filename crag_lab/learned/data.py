@@ -115,6 +115,16 @@ def other_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, nega
     return out
 
 
+def paragraphs_by_title(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Each article's distinct paragraphs, in the order its rows first give them."""
+    by_title: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        contexts = by_title[str(row["title"])]
+        if str(row["context"]) not in contexts:
+            contexts.append(str(row["context"]))
+    return by_title
+
+
 def same_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, negatives: int = 3,
                        seed: int = 0) -> list[Pair]:
     """Near-miss unanswerable groups: a question against *another paragraph of its own article*.
@@ -124,11 +134,7 @@ def same_article_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, negat
     same names, no answer: the shape of SQuAD 2.0's written unanswerable questions.
     """
     rng = random.Random(seed)
-    by_title: dict[str, list[str]] = defaultdict(list)
-    for row in rows:
-        contexts = by_title[str(row["title"])]
-        if str(row["context"]) not in contexts:
-            contexts.append(str(row["context"]))
+    by_title = paragraphs_by_title(rows)
     terms = {c: frozenset(content_terms(c)) for cs in by_title.values() for c in cs}
     out: list[Pair] = []
     for row in rows:

@@ -64,41 +64,43 @@ def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *, base: str | Path,
-        out: str | Path, work: str | Path, seed: int = 13, rank: int = 16, targets: str = "qkv",
-        lr: float = 5e-4, batch: int = 32, epochs: float = 1.0, max_length: int = 96, warmup: int = 50,
-        checkpoint_every: int = 100, device: str = "cpu", log_every: int = 20,
-        init: str | Path | None = None) -> dict[str, Any]:
-    """Train the adapter and head on the pairs and save them to ``out``; what was done, as a dict.
+def adapted(model: Any, work: Path, init: str | Path | None, fresh: Any) -> Any:
+    """``model`` with a trainable adapter: the checkpoint's in ``work`` when a run stopped there, else
+    ``init``'s (an adapter folder) when given, else a fresh one from the LoRA config ``fresh``."""
+    from peft import PeftModel, get_peft_model
 
-    With ``init`` (a folder holding an adapter and head, such as the one that ships) training continues
-    from it instead of a fresh adapter; ``rank`` and ``targets`` are then the init's own."""
+    if (work / "state.pt").exists():
+        return PeftModel.from_pretrained(model, str(work / "adapter"), is_trainable=True)
+    if init is not None:
+        return PeftModel.from_pretrained(model, str(init), is_trainable=True)
+    return get_peft_model(model, fresh)
+
+
+def amp(device: str) -> Any:
+    """bfloat16 autocast on CUDA, nothing on CPU."""
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
 
-    torch.manual_seed(seed)
-    work, out = Path(work), Path(out)
-    work.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_base(base)
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
+
+
+def run_steps(model: Any, count: int, step_loss: Any, *, work: Path, seed: int, lr: float, batch: int, epochs: float,
+              warmup: int, checkpoint_every: int, device: str, log_every: int) -> tuple[int, float]:
+    """The training loop both fits share: ``epochs`` seeded passes over ``count`` examples in batches,
+    ``step_loss(indices)`` giving each batch's loss, AdamW with warm-up and linear decay, gradients
+    clipped at 1, a checkpoint (adapter, optimiser, schedule, step) to ``work`` every ``checkpoint_every``
+    steps, resumed from when it is there. Returns the number of steps and when training started."""
+    import torch
+
     state_file = work / "state.pt"
-    if state_file.exists():
-        model = PeftModel.from_pretrained(model, str(work / "adapter"), is_trainable=True)
-    elif init is not None:
-        model = PeftModel.from_pretrained(model, str(init), is_trainable=True)
-    else:
-        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
-                                                 target_modules=TARGETS[targets],
-                                                 modules_to_save=["classifier", "pooler"], task_type="SEQ_CLS"))
-    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     rng = random.Random(seed)
     order: list[int] = []
     for _ in range(int(epochs + 0.999)):
-        epoch = list(range(len(labels)))
+        epoch = list(range(count))
         rng.shuffle(epoch)
         order += epoch
-    order = order[: int(epochs * len(labels))]
+    order = order[: int(epochs * count)]
     steps = (len(order) + batch - 1) // batch
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1 - s / steps))
@@ -112,15 +114,8 @@ def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *
         print(f"resuming at step {step} of {steps}", flush=True)
     model.train()
     started = time.time()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
     while step < steps:
-        idx = order[step * batch:(step + 1) * batch]
-        enc = tokenizer([questions[i] for i in idx], [texts[i] for i in idx], truncation="only_second",
-                        max_length=max_length, padding=True, return_tensors="pt").to(device)
-        target = torch.tensor([float(labels[i]) for i in idx], device=device)
-        with autocast:
-            logits = model(**enc).logits.reshape(-1)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target)
+        loss = step_loss(order[step * batch:(step + 1) * batch])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimiser.step()
@@ -133,6 +128,41 @@ def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *
             model.save_pretrained(str(work / "adapter"))
             torch.save({"optimiser": optimiser.state_dict(), "schedule": schedule.state_dict(), "step": step,
                         "rng": torch.get_rng_state()}, state_file)
+    return steps, started
+
+
+def fit(questions: Sequence[str], texts: Sequence[str], labels: Sequence[int], *, base: str | Path,
+        out: str | Path, work: str | Path, seed: int = 13, rank: int = 16, targets: str = "qkv",
+        lr: float = 5e-4, batch: int = 32, epochs: float = 1.0, max_length: int = 96, warmup: int = 50,
+        checkpoint_every: int = 100, device: str = "cpu", log_every: int = 20,
+        init: str | Path | None = None) -> dict[str, Any]:
+    """Train the adapter and head on the pairs and save them to ``out``; what was done, as a dict.
+
+    With ``init`` (a folder holding an adapter and head, such as the one that ships) training continues
+    from it instead of a fresh adapter; ``rank`` and ``targets`` are then the init's own."""
+    import torch
+    from peft import LoraConfig
+
+    torch.manual_seed(seed)
+    work, out = Path(work), Path(out)
+    work.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = load_base(base)
+    model = adapted(model, work, init, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
+                                                  target_modules=TARGETS[targets],
+                                                  modules_to_save=["classifier", "pooler"], task_type="SEQ_CLS"))
+    model.to(device)
+    autocast = amp(device)
+
+    def step_loss(idx: Sequence[int]) -> Any:
+        enc = tokenizer([questions[i] for i in idx], [texts[i] for i in idx], truncation="only_second",
+                        max_length=max_length, padding=True, return_tensors="pt").to(device)
+        target = torch.tensor([float(labels[i]) for i in idx], device=device)
+        with autocast:
+            logits = model(**enc).logits.reshape(-1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target)
+
+    steps, started = run_steps(model, len(labels), step_loss, work=work, seed=seed, lr=lr, batch=batch, epochs=epochs,
+                               warmup=warmup, checkpoint_every=checkpoint_every, device=device, log_every=log_every)
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.to("cpu").save_pretrained(str(out))

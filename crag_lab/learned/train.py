@@ -137,6 +137,11 @@ def held_out_titles(squad: Sequence[Mapping[str, Any]], rng: random.Random | int
     return set(titles[: len(titles) // 20])
 
 
+def held_out_documents(names: Sequence[str]) -> set[str]:
+    """The READMEs held out of training (about one in five, by a hash of the name): validation only."""
+    return {n for n in names if int(hashlib.sha256(n.encode()).hexdigest(), 16) % 5 == 0}
+
+
 def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = ()) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles and whole documents."""
     rng = random.Random(seed)
@@ -151,7 +156,8 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     ex_titles = sorted({r["title"] for r in excerpt})
     docs = documentation(sites)
     doc_sets = [doc_pairs(name, body, seed=seed, limit=recipe.doc_limit) for name, _, _, body in docs]
-    held_docs = {i for i in range(len(docs)) if int(hashlib.sha256(docs[i][0].encode()).hexdigest(), 16) % 5 == 0}
+    held = held_out_documents([name for name, *_ in docs])
+    held_docs = {i for i in range(len(docs)) if docs[i][0] in held}
     train_docs = [d for i, d in enumerate(doc_sets) if i not in held_docs]
     val_docs = [d for i, d in enumerate(doc_sets) if i in held_docs]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from crag_lab.models import ModelReply, Task, count_tokens
 from crag_lab.offline import planner, router, synthesizer
 from crag_lab.offline.router import check_router
-from crag_lab.offline.synthesizer import check_reader
+from crag_lab.offline.synthesizer import check_lead, check_reader
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
 
 if TYPE_CHECKING:
@@ -37,7 +37,9 @@ class OfflineModel:
     None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"learned"``).
     ``reader`` picks how the synthesizer ranks units and decides to abstain: ``"rules"`` or
     ``"learned"`` (the trained answer scorer, `crag_lab.offline.synthesizer.learned_ranked`); None
-    reads ``CRAG_OFFLINE_READER``. An unknown name raises a `ValueError` naming the valid ones.
+    reads ``CRAG_OFFLINE_READER``. ``lead`` picks what an answer opens with in bold: ``"spans"`` (the
+    trained span reader's answer in the first quote, `crag_lab.learned.SpanReader`) or ``"rules"``;
+    None reads ``CRAG_OFFLINE_LEAD``. An unknown name raises a `ValueError` naming the valid ones.
 
     >>> import json
     >>> from crag_lab.offline import OfflineModel
@@ -49,16 +51,19 @@ class OfflineModel:
     name = "offline"
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
-                 router: str | None = None, reader: str | None = None) -> None:
-        if router is None or reader is None:
+                 router: str | None = None, reader: str | None = None, lead: str | None = None) -> None:
+        if router is None or reader is None or lead is None:
             from crag_lab.config import OfflineSettings
 
             settings = OfflineSettings()
             router = settings.router if router is None else router
             reader = settings.reader if reader is None else reader
+            lead = settings.lead if lead is None else lead
         self.router = check_router(router)
         self.reader = check_reader(reader)
+        self.lead = check_lead(lead)
         self._scorer: Any = None
+        self._spans: Any = None
         store = model_name = None
         if kb is not None:
             store, model_name = kb.cache_dir / STORE_FILE, kb.embed_model.model_name
@@ -104,7 +109,8 @@ class OfflineModel:
     def cache_identity(self) -> dict[str, str]:
         """What identifies this model's replies: its name, the grader's calibration
         (`grader.calibration_fingerprint`, the answer scorer's included), and the router and reader
-        when they are not the rules (a learned reader with its scorer's fingerprint). A
+        when they are not the rules (a learned reader with its scorer's fingerprint, span leads with the
+        span reader's). A
         response cache or a run journal never mixes their answers: one written before the grader read
         with the answer scorer, or before the learned router became the default, does not match."""
         from crag_lab.offline.grader import calibration_fingerprint
@@ -117,6 +123,11 @@ class OfflineModel:
 
             identity["reader"] = self.reader
             identity["scorer"] = fingerprint()
+        if self.lead != "rules":
+            from crag_lab.learned.spans import fingerprint as spans_fingerprint
+
+            identity["lead"] = self.lead
+            identity["spans"] = spans_fingerprint()
         return identity
 
     @property
@@ -127,6 +138,15 @@ class OfflineModel:
 
             self._scorer = AnswerScorer.load()
         return self._scorer
+
+    @property
+    def spans(self) -> Any:
+        """The span reader (`crag_lab.learned.SpanReader`) span leads come from, loaded on first use."""
+        if self._spans is None:
+            from crag_lab.learned.spans import SpanReader
+
+            self._spans = SpanReader.load()
+        return self._spans
 
     @property
     def grader(self) -> CalibratedGrader:
@@ -159,5 +179,6 @@ class OfflineModel:
             if kind == "normal":
                 return synthesizer.NORMAL_ANSWER, None
             return synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
-                                       self.scorer if self.reader == "learned" else None)
+                                       self.scorer if self.reader == "learned" else None,
+                                       self.spans if self.lead == "spans" else None)
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from crag_lab.config import OfflineReader
+from crag_lab.config import OfflineLead, OfflineReader
 from crag_lab.offline import router
 from crag_lab.offline.reading import (
     Reading,
@@ -56,6 +56,8 @@ from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 READERS: tuple[str, ...] = get_args(OfflineReader)
+LEADS: tuple[str, ...] = get_args(OfflineLead)
+"""What an answer may open with, by name (`crag_lab.config.OfflineLead`): see `respond`."""
 """The readers by name (`crag_lab.config.OfflineReader`, the setting's own type)."""
 
 ABSTAIN_BELOW = 0.75
@@ -141,6 +143,14 @@ def answers_the_negation(query: str, kind: str | None, quoted: Sequence[str]) ->
     if kind == "reason" or not negates(query) or question_parts(query):
         return True
     return any(negates(text) for text in quoted)
+
+
+def check_lead(name: str) -> str:
+    """``name`` when it is a lead (`LEADS`), else a `ValueError` naming the valid ones."""
+    if name not in LEADS:
+        raise ValueError(f"unknown lead {name!r}; choose one of: {', '.join(LEADS)} "
+                         "(set CRAG_OFFLINE_LEAD or OfflineModel(lead=...))")
+    return name
 
 
 def answer_score(u: UnitReading, item_cos: float) -> float:
@@ -341,13 +351,33 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
     return found_in[0]
 
 
+def span_lead(query: str, quote: str, item: Mapping[str, object], reader: Any) -> str | None:
+    """The span reader's answer to ``query`` in ``item`` when it lies inside ``quote`` and the reader
+    says the item answers (its margin over "no answer" is positive); else None.
+
+    Only for a one-part question (several parts have several answers), and never the whole quote.
+    ``reader`` is a `crag_lab.learned.SpanReader`; it reads the item as it was trained, ``"Title: text"``.
+    """
+    from crag_lab.learned.span_data import passage
+
+    if question_parts(query):
+        return None
+    span = reader.read(query, [passage(str(item.get("title") or ""), str(item.get("text", "")))])[0]
+    text = span.text.strip()
+    if span.margin <= 0 or not text or text not in quote or text.strip("`") == quote.strip().strip("`"):
+        return None
+    return text
+
+
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
-            scorer: Any = None) -> tuple[str, str | None]:
+            scorer: Any = None, spans: Any = None) -> tuple[str, str | None]:
     """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading
     (ranked with a learned ``scorer`` when one is given: `choose`).
 
-    An answer opens with the asked thing in bold when the first quote holds it (`short_answer`):
-    ``**8443** — Public listener: `8443` (TLS) [1].``
+    An answer opens with the asked thing in bold when the first quote holds it:
+    ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader (``spans``,
+    `crag_lab.learned.SpanReader`) that is the reader's answer in the first quote's item (`span_lead`),
+    and the rules' (`short_answer`) when it finds none there; without one, the rules'.
     """
     reading = read(query, evidence, cache)
     choice = choose(reading, scorer)
@@ -355,7 +385,12 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in choice.units]
     body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, choice.units, strict=True))
-    lead = short_answer(quotes[0], reading.kind, query)
+    lead = None
+    if spans is not None:
+        items = {int(str(e.get("n", i + 1))): e for i, e in enumerate(evidence)}
+        first = items.get(choice.units[0].unit.n)
+        lead = span_lead(query, quotes[0], first, spans) if first is not None else None
+    lead = lead or short_answer(quotes[0], reading.kind, query)
     return (f"**{lead}** — {body}" if lead else body), None
 
 

@@ -1,0 +1,73 @@
+"""Build the span reader's training and validation examples (and, on CPU, train it).
+
+    python -m crag_lab.learned.train_spans --train-dir DIR --dump .cache/spans     # examples files
+    python crag_lab/learned/fit_spans.py --examples .cache/spans/train.json.gz \\
+        --val .cache/spans/val.json.gz --base MODEL_DIR --out ADAPTER --device cuda          # the fit
+
+DIR holds ``squad11_train.jsonl.gz`` and ``squad2_train_excerpt.jsonl.gz`` (the README of the
+workplace's ``train`` folder names their sources and licences). Validation holds out the SQuAD
+articles the answer scorer holds out (`crag_lab.learned.train.held_out_titles`, same seed), so the
+grader's fit may still use them, and the SQuAD 2.0 excerpt's articles but the first. The data card
+is ``crag_lab/_data/spans/DATA_CARD.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from crag_lab.learned.router_data import read_jsonl
+from crag_lab.learned.span_data import build, doc_examples, write_examples
+from crag_lab.learned.train import documentation, held_out_documents, held_out_titles
+
+VALIDATION_QUESTIONS = 2000
+"""Held-out SQuAD questions measured after training (with their near misses and other articles)."""
+DOCS_REPEAT = 6
+"""Each documentation example is seen this many times per epoch (they are few beside SQuAD's)."""
+
+
+def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
+         sites: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+    """Write ``train.json.gz`` and ``val.json.gz`` under ``out``; the examples per source of each.
+
+    With ``docs``, templated questions over the READMEs of the installed distributions (and those in
+    ``sites``) join them (`span_data.doc_examples`; tried, not shipped: the data card says why)."""
+    rng = random.Random(seed)
+    squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
+    held = held_out_titles(squad, rng)
+    excerpt = [r for r in read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz") if r["is_impossible"]]
+    first = sorted({r["title"] for r in excerpt})[0]
+    train = build([r for r in squad if r["title"] not in held], [r for r in excerpt if r["title"] == first], seed=seed)
+    val_rows = rng.sample([r for r in squad if r["title"] in held], VALIDATION_QUESTIONS)
+    val = build(val_rows, [r for r in excerpt if r["title"] != first], seed=seed + 1)
+    readmes = documentation(sites) if docs else []
+    held_docs = held_out_documents([name for name, *_ in readmes])
+    for name, _, _, body in readmes:
+        examples = doc_examples(name, body, seed=seed)
+        if name in held_docs:
+            val += examples
+        else:
+            train += examples * DOCS_REPEAT
+    out.mkdir(parents=True, exist_ok=True)
+    write_examples(out / "train.json.gz", train)
+    write_examples(out / "val.json.gz", val)
+    return {"train": dict(Counter(e.source for e in train)), "validation": dict(Counter(e.source for e in val))}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.train_spans", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train-dir", required=True, help="folder with squad11_train.jsonl.gz and squad2_train_excerpt.jsonl.gz")
+    parser.add_argument("--dump", required=True, help="folder to write train.json.gz and val.json.gz to")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--docs", action="store_true", help="add README examples (not in the reader that ships)")
+    parser.add_argument("--site", action="append", default=[],
+                        help="with --docs: a further site-packages folder whose distributions' READMEs are read too")
+    args = parser.parse_args(argv)
+    print(dump(Path(args.train_dir), Path(args.dump), seed=args.seed, docs=args.docs, sites=args.site), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The span reader: its training examples, its windows and targets, the reader that ships, and the bold
+lead it gives an offline answer (CRAG_OFFLINE_LEAD=spans, the default)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from crag_lab.learned import Span, SpanReader
+from crag_lab.learned.fit_spans import MAX_ANSWER_TOKENS, best_spans, targets, windows
+from crag_lab.learned.span_data import (
+    SpanExample,
+    answerable,
+    build,
+    doc_examples,
+    passage,
+    read_examples,
+    write_examples,
+)
+from crag_lab.learned.spans import NO_SPAN, SPANS_DIR
+from crag_lab.offline import OfflineModel
+from crag_lab.offline.synthesizer import respond, span_lead
+from crag_lab.offline.vectors import VectorCache
+
+ROWS = [
+    {"id": "Gate/p0/q0", "title": "Gate_Way", "question": "Which port does the gateway listen on?",
+     "context": "The gateway listens on port 8443. It terminates TLS.", "answers": ["8443"], "answer_starts": [28]},
+    {"id": "Gate/p1/q0", "title": "Gate_Way", "question": "Who maintains the gateway?",
+     "context": "The platform team maintains the gateway since 2021.", "answers": ["The platform team"], "answer_starts": [0]},
+    {"id": "Cats/p0/q0", "title": "Cats", "question": "What do cats do when happy?",
+     "context": "Cats purr when they are happy.", "answers": ["purr"], "answer_starts": [5]},
+]
+
+
+def test_an_answerable_example_points_at_its_answer_after_the_title() -> None:
+    ex = answerable(ROWS[0])
+    assert ex is not None and ex.passage.startswith("Gate Way: ")
+    assert ex.passage[ex.start:ex.start + len(ex.answer)] == "8443"
+    assert answerable({**ROWS[0], "answer_starts": [3]}) is None  # an offset that does not hold the answer
+
+
+def test_unanswerable_examples_never_hold_the_answer_and_near_misses_stay_in_their_article() -> None:
+    examples = build(ROWS, [{**ROWS[2], "is_impossible": True, "question": "Why do cats bark?"}],
+                     near_share=1.0, other_share=1.0, seed=1)
+    assert sum(e.source == "squad11" for e in examples) == 3
+    for e in examples:
+        if e.start < 0:
+            assert e.answer == "" and e.source in ("same-article", "other-article", "squad2-unanswerable")
+    near = [e for e in examples if e.source == "same-article"]
+    assert near and all(e.passage.startswith("Gate Way: ") for e in near)
+    assert all("8443" not in e.passage for e in near if e.question == ROWS[0]["question"])
+    assert [e.question for e in examples if e.source == "squad2-unanswerable"] == ["Why do cats bark?"]
+
+
+def test_documentation_examples_answer_with_the_cell_or_value_as_written() -> None:
+    readme = ("# Tool\n\n## Settings\n\n| Name | Port | Owner |\n|---|---|---|\n| gateway | 8443 | platform |\n"
+              "| billing | 9091 | payments |\n\n- **Timeout:** thirty seconds by default\n\n## Install\n\n"
+              "```bash\npip install tool\n```\n")
+    examples = doc_examples("tool", readme, seed=0, near_share=1.0)
+    answered = [e for e in examples if e.start >= 0]
+    assert answered
+    for e in answered:
+        assert e.passage[e.start:e.start + len(e.answer)] == e.answer
+    assert any(e.answer == "pip install tool" for e in answered)
+    answers = {e.question: e.answer for e in answered}
+    unanswered = [e for e in examples if e.start < 0]
+    assert unanswered and all(e.source == "docs-unanswerable" and answers[e.question] not in e.passage for e in unanswered)
+
+
+def test_examples_survive_a_round_trip(tmp_path: Path) -> None:
+    examples = [e for e in build(ROWS, seed=0)]
+    write_examples(tmp_path / "x.json.gz", examples)
+    assert read_examples(tmp_path / "x.json.gz") == examples
+
+
+@pytest.fixture(scope="module")
+def reader() -> SpanReader:
+    return SpanReader.load()
+
+
+def test_windows_point_at_the_answer_or_at_cls_when_they_cannot_see_it(reader: SpanReader) -> None:
+    tok = reader._tokenizer
+    long_text = "Filler sentence number one. " * 60 + "The gateway listens on port 8443."
+    rows = [("Which port?", passage("Gate", long_text), len("Gate: ") + long_text.index("8443"), "8443", "x"),
+            ("Which port?", passage("Gate", "Nothing to see."), -1, "", "x")]
+    enc = windows(tok, [r[0] for r in rows], [r[1] for r in rows], max_length=64, stride=16)
+    labels = targets(enc, rows)
+    owners = list(enc["overflow_to_sample_mapping"])
+    assert owners.count(0) > 1  # the long passage is read in several windows
+    hits = [(i, s, e) for i, (s, e) in enumerate(labels) if s]
+    assert len(hits) >= 1 and all(owners[i] == 0 for i, _, _ in hits)
+    for i, s, e in hits:
+        offsets = enc["offset_mapping"][i]
+        assert rows[0][1][offsets[s][0]:offsets[e][1]] == "8443"
+    assert all(labels[i] == (0, 0) for i in range(len(labels)) if owners[i] == 1)
+
+
+def test_best_spans_stay_in_the_passage_and_are_not_too_long() -> None:
+    seq = [None, 0, 0, None, 1, 1, 1, None]
+    offsets = [(0, 0), (0, 5), (6, 9), (0, 0), (0, 3), (4, 8), (9, 12), (0, 0)]
+    start = [5.0, 9.0, 0.0, 0.0, 1.0, 3.0, 0.0, 0.0]  # the question's token 1 scores best: never a span
+    end = [5.0, 0.0, 9.0, 0.0, 0.0, 0.0, 2.0, 0.0]
+    null, spans = best_spans(start, end, offsets, seq)
+    assert null == 10.0
+    assert spans[0] == (5.0, 4, 12) and all(s >= 0 and e <= 12 for _, s, e in spans)
+    assert MAX_ANSWER_TOKENS >= 10
+
+
+def test_only_the_adapter_head_and_card_ship_and_they_are_small() -> None:
+    assert sorted(p.name for p in SPANS_DIR.iterdir() if p.name != "__pycache__") == [
+        "DATA_CARD.md", "adapter_config.json", "adapter_model.safetensors", "spans.json"]
+    assert (SPANS_DIR / "adapter_model.safetensors").stat().st_size < 4_000_000
+
+
+def test_the_shipped_reader_finds_the_answer_and_says_when_a_passage_has_none(reader: SpanReader) -> None:
+    question = "Which port does the gateway listen on?"
+    found = reader.read(question, ["Gateway: The gateway listens on port 8443. It terminates TLS.",
+                                   "Cats: Cats purr when they are happy.", "  "])
+    assert found[0].text == "8443" and found[0].margin > 0
+    assert found[1].margin < 0 < found[0].margin
+    assert found[2] == NO_SPAN
+    assert reader.read(question, ["Cats: Cats purr when they are happy."]) == [found[1]]  # same reading, memo or not
+
+
+def test_a_folder_without_a_trained_reader_names_itself_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"spans\.json: no trained span reader here; train one with"):
+        SpanReader.load(tmp_path)
+
+
+class FakeSpans:
+    """A span reader that finds ``text`` with ``margin`` in every passage; it records what it read."""
+
+    def __init__(self, text: str, margin: float) -> None:
+        self.text, self.margin = text, margin
+        self.read_passages: list[str] = []
+
+    def read(self, question: str, passages: Sequence[str]) -> list[Span]:
+        self.read_passages += list(passages)
+        return [Span(self.text, max(p.find(self.text), 0), max(p.find(self.text), 0) + len(self.text), self.margin)
+                for p in passages]
+
+
+RUNBOOK = {"n": 1, "title": "Certificate rotation", "path": "runbooks/certs.md",
+           "text": "Certificates are rotated every 90 days by the platform team."}
+QUESTION = "How often are certificates rotated?"
+
+
+def test_the_span_lead_is_the_readers_answer_inside_the_first_quote() -> None:
+    spans = FakeSpans("every 90 days", 3.0)
+    text, _ = respond(QUESTION, [RUNBOOK], VectorCache(), spans=spans)
+    assert text.startswith("**every 90 days** — Certificates are rotated every 90 days")
+    assert spans.read_passages == ["Certificate rotation: " + RUNBOOK["text"]]
+
+
+def test_no_span_lead_when_the_reader_doubts_or_points_outside_the_quote() -> None:
+    quote = RUNBOOK["text"].removesuffix(".")
+    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans("every 90 days", -0.5)) is None
+    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans("Certificate rotation", 4.0)) is None  # the title
+    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans(quote, 4.0)) is None  # the whole quote adds nothing
+    assert span_lead("How often are certificates rotated, and in which channel is rotation announced?", quote,
+                     RUNBOOK, FakeSpans("every 90 days", 4.0)) is None  # two parts, two answers
+    rules = respond(QUESTION, [RUNBOOK], VectorCache(), spans=FakeSpans("every 90 days", -0.5))[0]
+    assert rules == respond(QUESTION, [RUNBOOK], VectorCache())[0]  # the rules' own lead, or none
+
+
+def test_the_lead_setting_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag_lab.learned.spans import fingerprint
+
+    assert OfflineModel().lead == "spans"
+    assert OfflineModel().cache_identity()["spans"] == fingerprint()
+    monkeypatch.setenv("CRAG_OFFLINE_LEAD", "rules")
+    assert OfflineModel().lead == "rules"
+    assert "spans" not in OfflineModel().cache_identity() and "lead" not in OfflineModel().cache_identity()
+    with pytest.raises(ValueError, match=r"unknown lead 'bold'; choose one of: spans, rules"):
+        OfflineModel(lead="bold")
+
+
+def test_the_offline_model_answers_with_the_shipped_readers_lead() -> None:
+    reply = OfflineModel().complete("synthesize", "", {"query": "Which port does the gateway listen on?", "evidence": [
+        {"n": 1, "title": "Gateway", "text": "The public gateway listens on port 8443 and terminates TLS there."}]})
+    assert reply.text.startswith("**8443** — ") and "[1]" in reply.text
+
+
+def test_an_example_is_frozen_data() -> None:
+    ex = SpanExample("q", "p", -1, "", "x")
+    with pytest.raises(AttributeError):
+        ex.start = 3  # type: ignore[misc]
