@@ -9,20 +9,21 @@ paragraph. So a row differs from another only in how it reads.
 
 Variants:
 
-- ``rules``: what ships (`synthesizer.respond` with the span reader: the rules pick what to quote
-  and when to abstain, the span reader what the answer opens with in bold, `synthesizer.span_lead`).
+- ``rules``: what ships (`synthesizer.respond` with the span reader: the rules decide when to
+  abstain and pick what to quote, the span reader adds the unit of its confident best span first,
+  `synthesizer.span_first`, and picks what the answer opens with in bold, `synthesizer.span_lead`).
 - ``learned (rules abstain)``: the learned reader (``CRAG_OFFLINE_READER=learned``): the scorer
   re-orders the top `LEARNED_TOP_K` units, the rules' support decides when to abstain.
 - ``learned (scorer abstains)``: the same ranking; the scorer's own threshold (set on its training
   data) decides when to abstain.
-- ``span reader picks the quote``: the unit holding the span reader's best span over all the
-  evidence is quoted first, before the rules' choice (which still decides whether to answer at
-  all): not what ships, measured to show why.
+- ``span reader's unit first, any margin``: the unit holding the span reader's best span over all
+  the evidence is quoted first, before the rules' choice (which still decides whether to answer at
+  all), whatever the span's margin: what ships without `synthesizer.SPAN_FIRST_MARGIN`.
 - ``rules − X``: what ships without one hand-written rule: answer kinds (the kind bonus and
   penalty and the finer shape), table labels (the label bonus), the names check (a name of the
   question no evidence holds), the negation check (`synthesizer.answers_the_negation`), the span
-  reader (the bold lead is the rules' own, ``CRAG_OFFLINE_LEAD=rules``) and the rules' lead (only the
-  span reader's lead; none where it finds none in the first quote).
+  reader (neither its first quote nor its lead: ``CRAG_OFFLINE_LEAD=rules``), its first quote alone,
+  and the rules' lead (only the span reader's lead; none where it finds none in the first quote).
 
 Metrics as `crag-lab eval` defines them (`crag_lab.eval.metrics`): containment, exact match and token
 F1 on answerable questions (an abstention contains nothing), citation precision over cited items,
@@ -118,12 +119,13 @@ def variants(scorer: Any, spans: Any) -> dict[str, tuple[Callable[[], contextlib
         "rules": (lambda: patched(s), None, spans),
         "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans),
         "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans),
-        "span reader picks the quote": (lambda: patched(s, **_span_picks(spans)), None, spans),
+        "span reader's unit first, any margin": (lambda: patched(s, **_span_picks(spans)), None, spans),
         "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans),
         "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans),
         "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans),
         "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans),
         "rules − span reader": (lambda: patched(s), None, None),
+        "rules − the span reader's first quote": (lambda: patched(s, SPAN_FIRST_MARGIN=float("inf")), None, spans),
         "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans),
     }
 
@@ -269,8 +271,10 @@ def markdown(result: Mapping[str, Any]) -> str:
                          + ("yes: " + ", ".join(costs) if costs else "**no**") + " |")
     lines += ["", f"Learned reader: the scorer reads the top {result['top_k']} units of the rules' ranking and adds "
               f"{result['weight']} × its probability; its own abstention threshold is {result['threshold']} "
-              "(set on its training data's held-out unanswerable groups). The `rules −` rows remove one rule "
-              "from what ships."]
+              "(set on its training data's held-out unanswerable groups). Span reader: the unit of its best span "
+              f"over all the evidence is quoted first when that span's margin over no answer is at least "
+              f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick), and "
+              "its span inside the first quote is the bold lead. The `rules −` rows remove one rule from what ships."]
     return "\n".join(lines) + "\n"
 
 
@@ -293,7 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows[variant] = {name: score(cases, lambda q, ev, r=reader, sp=lead: synthesizer.respond(q, ev, cache, r, sp)[0])
                              for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
-              "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below}
+              "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
+              "span_first_margin": synthesizer.SPAN_FIRST_MARGIN}
     publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 

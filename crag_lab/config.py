@@ -246,8 +246,9 @@ OfflineReader = Literal["rules", "learned"]
 
 
 OfflineLead = Literal["spans", "rules"]
-"""What an offline answer opens with in bold, by name: ``spans`` (the trained span reader's answer
-inside the first quote, the default) and ``rules`` (the one thing of the asked kind the quote holds)."""
+"""Whether the trained span reader helps the offline synthesizer, by name: ``spans`` (its confident
+unit quoted first and its answer inside the first quote as the bold lead, the default) or ``rules``
+(no span reader: the bold lead is the one thing of the asked kind the quote holds)."""
 
 
 class OfflineSettings(EnvFileSettings):
@@ -257,9 +258,10 @@ class OfflineSettings(EnvFileSettings):
     on public chit-chat and question sets, `crag_lab.learned.LearnedRouter`, the default) or ``rules``
     (phrase rules and prototypes); ``reader`` (``CRAG_OFFLINE_READER``) the synthesizer's
     reader: ``rules`` (the default) or ``learned`` (`crag_lab.learned.AnswerScorer` re-ranks the top
-    units; the rules still decide when to abstain); ``lead`` (``CRAG_OFFLINE_LEAD``) what an answer
-    opens with in bold: ``spans`` (the trained span reader's answer in the first quote,
-    `crag_lab.learned.SpanReader`, the default) or ``rules`` (the asked kind of thing the quote holds).
+    units; the rules still decide when to abstain); ``lead`` (``CRAG_OFFLINE_LEAD``) whether the trained
+    span reader (`crag_lab.learned.SpanReader`) helps: ``spans`` (its confident unit quoted first, its
+    answer in the first quote as the bold lead; the default) or ``rules`` (the asked kind of thing the
+    quote holds leads).
     Kept apart from `CragConfig`: it is part of which model answers (its cache identity), not a
     threshold of the loop.
 
@@ -276,5 +278,6 @@ class OfflineSettings(EnvFileSettings):
         "rules", description="'rules' (the synthesizer's support score) or 'learned' (the trained answer scorer "
                              "re-ranks the top units; the rules still decide when to abstain).")
     lead: OfflineLead = Field(
-        "spans", description="'spans' (the trained span reader picks the answer's exact words in the first quote) "
-                             "or 'rules' (the asked kind of thing the quote holds, by answer kinds and labels).")
+        "spans", description="'spans' (the trained span reader quotes its confident unit first and picks the answer's "
+                             "exact words in the first quote) or 'rules' (no span reader: the asked kind of thing "
+                             "the quote holds leads).")

@@ -71,7 +71,8 @@ def test_the_learned_reader_abstains_below_the_scorers_threshold_and_says_so(vec
 def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
     model = OfflineModel(reader="learned")
     answered = model.complete("synthesize", "", {"query": QUESTION, "evidence": [RUNBOOK]})
-    assert "90 days" in answered.text and "[1]" in answered.text and answered.note is None
+    assert "90 days" in answered.text and "[1]" in answered.text
+    assert answered.note is not None and "the rules' best unit is in item [1]" in answered.note
     unrelated = "what is the maximum size of an uploaded image?"
     withheld = model.complete("synthesize", "", {"query": unrelated, "evidence": [RUNBOOK]})
     assert withheld.text == NO_EVIDENCE_ANSWER and withheld.note is not None and "below" in withheld.note

@@ -151,7 +151,7 @@ def test_the_span_lead_is_the_readers_answer_inside_the_first_quote() -> None:
     spans = FakeSpans("every 90 days", 3.0)
     text, _ = respond(QUESTION, [RUNBOOK], VectorCache(), spans=spans)
     assert text.startswith("**every 90 days** — Certificates are rotated every 90 days")
-    assert spans.read_passages == ["Certificate rotation: " + RUNBOOK["text"]]
+    assert set(spans.read_passages) == {"Certificate rotation: " + RUNBOOK["text"]}
 
 
 def test_no_span_lead_when_the_reader_doubts_or_points_outside_the_quote() -> None:
@@ -165,6 +165,29 @@ def test_no_span_lead_when_the_reader_doubts_or_points_outside_the_quote() -> No
     assert rules == respond(QUESTION, [RUNBOOK], VectorCache())[0]  # the rules' own lead, or none
 
 
+def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays() -> None:
+    from crag_lab.offline.synthesizer import SPAN_FIRST_MARGIN
+
+    rotation = {"n": 1, "title": "Certificate rotation", "path": "runbooks/certs.md",
+                "text": "Certificates are rotated every 90 days by the platform team."}
+    schedule = {"n": 2, "title": "Maintenance", "path": "ops/maintenance.md",
+                "text": "The next rotation window opens on 2025-03-02."}
+
+    class OnlyIn(FakeSpans):
+        def read(self, question: str, passages: Sequence[str]) -> list[Span]:
+            found = super().read(question, passages)
+            return [s if self.text in p else Span("", 0, 0, -3.0) for s, p in zip(found, passages, strict=True)]
+
+    rules = respond(QUESTION, [rotation, schedule], VectorCache())[0]
+    assert rules.split(" [")[0].endswith("Certificates are rotated every 90 days by the platform team")
+    confident = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN))[0]
+    assert confident.startswith("**2025-03-02** — The next rotation window opens on 2025-03-02 [2]. Certificates")
+    doubtful = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1))[0]
+    assert "[2]" not in doubtful.split(".")[0]
+    unanswerable = respond("What is the maximum upload size?", [rotation], VectorCache(), spans=OnlyIn("90 days", 9.0))
+    assert unanswerable == respond("What is the maximum upload size?", [rotation], VectorCache())  # the rules abstain
+
+
 def test_the_lead_setting_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag_lab.learned.spans import fingerprint
 
@@ -175,6 +198,12 @@ def test_the_lead_setting_is_part_of_the_models_identity(monkeypatch: pytest.Mon
     assert "spans" not in OfflineModel().cache_identity() and "lead" not in OfflineModel().cache_identity()
     with pytest.raises(ValueError, match=r"unknown lead 'bold'; choose one of: spans, rules"):
         OfflineModel(lead="bold")
+    from crag_lab._preflight import check_settings
+    from crag_lab.errors import SettingsError
+
+    monkeypatch.setenv("CRAG_OFFLINE_LEAD", "bold")
+    with pytest.raises(SettingsError, match=r"CRAG_OFFLINE_LEAD='bold'.*'spans' or 'rules'"):
+        check_settings("no-such-file.env")
 
 
 def test_the_offline_model_answers_with_the_shipped_readers_lead() -> None:

@@ -61,6 +61,8 @@ def make_synthesize(deps: Deps) -> Node:
                               items=len(context), grader_action=action,
                               reason=f"{reason}: {reply.note}" if reply.note else reason)
             else:
+                if reply.note:  # how the model read the evidence (the offline synthesizer says; an LLM does not)
+                    log.log_audit("answer_read", why=reply.note)
                 body, cited = finalize_answer(reply.text, context)
                 if not cited:
                     cited = context

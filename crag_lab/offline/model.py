@@ -37,9 +37,10 @@ class OfflineModel:
     None reads ``CRAG_OFFLINE_ROUTER`` (`crag_lab.config.OfflineSettings`, default ``"learned"``).
     ``reader`` picks how the synthesizer ranks units and decides to abstain: ``"rules"`` or
     ``"learned"`` (the trained answer scorer, `crag_lab.offline.synthesizer.learned_ranked`); None
-    reads ``CRAG_OFFLINE_READER``. ``lead`` picks what an answer opens with in bold: ``"spans"`` (the
-    trained span reader's answer in the first quote, `crag_lab.learned.SpanReader`) or ``"rules"``;
-    None reads ``CRAG_OFFLINE_LEAD``. An unknown name raises a `ValueError` naming the valid ones.
+    reads ``CRAG_OFFLINE_READER``. ``lead`` says whether the trained span reader helps
+    (`crag_lab.learned.SpanReader`): ``"spans"`` (its confident unit quoted first, its answer in the
+    first quote as the bold lead) or ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. An unknown name
+    raises a `ValueError` naming the valid ones.
 
     >>> import json
     >>> from crag_lab.offline import OfflineModel
@@ -141,7 +142,7 @@ class OfflineModel:
 
     @property
     def spans(self) -> Any:
-        """The span reader (`crag_lab.learned.SpanReader`) span leads come from, loaded on first use."""
+        """The span reader (`crag_lab.learned.SpanReader`) of ``lead="spans"``, loaded on first use."""
         if self._spans is None:
             from crag_lab.learned.spans import SpanReader
 
@@ -161,7 +162,7 @@ class OfflineModel:
         return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note)
 
     def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None]:
-        """The reply's text and, for an abstaining answer, the synthesizer's reason (`ModelReply.note`)."""
+        """The reply's text and, from the synthesizer, why it abstained or how it read the evidence (`ModelReply.note`)."""
         query = str(inputs.get("query", ""))
         if task == "analyze":
             plan = router.analyze(query, available=inputs.get("available_tools", []),

@@ -57,7 +57,7 @@ from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 READERS: tuple[str, ...] = get_args(OfflineReader)
 LEADS: tuple[str, ...] = get_args(OfflineLead)
-"""What an answer may open with, by name (`crag_lab.config.OfflineLead`): see `respond`."""
+"""Whether the span reader helps, by name (`crag_lab.config.OfflineLead`): see `respond`."""
 """The readers by name (`crag_lab.config.OfflineReader`, the setting's own type)."""
 
 ABSTAIN_BELOW = 0.75
@@ -84,6 +84,11 @@ MAX_UNITS = 3
 COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
+SPAN_FIRST_MARGIN = 6.0
+"""With a span reader, the unit holding its best span over all the evidence is quoted first (before
+the rules' choice) when the span's margin over "no answer" is at least this (`span_first`). Of the
+grid 0, 3, 6, 9 it is the lowest that keeps the tuning split's citation precision; the test split
+and the public sets were not consulted (docs/dev/reader.md measures them all)."""
 LEARNED_TOP_K = 8
 """The learned reader (`learned_ranked`) asks the scorer about this many units, the top of `ranked`:
 about 40 ms on two CPU cores, where scoring every unit of the evidence would take seconds."""
@@ -369,29 +374,61 @@ def span_lead(query: str, quote: str, item: Mapping[str, object], reader: Any) -
     return text
 
 
+def span_first(reading: Reading, evidence: Sequence[Mapping[str, object]], reader: Any) -> UnitReading | None:
+    """The unit holding the span reader's best span over every evidence item, when that span's margin
+    is at least `SPAN_FIRST_MARGIN`; else None. Each item is read as ``"Title: text"``."""
+    from crag_lab.learned.span_data import passage
+
+    if not evidence:
+        return None
+    found = reader.read(reading.query, [passage(str(e.get("title") or ""), str(e.get("text", ""))) for e in evidence])
+    best = max(range(len(found)), key=lambda k: found[k].margin)
+    span = found[best]
+    if span.margin < SPAN_FIRST_MARGIN or not span.text.strip():
+        return None
+    n = int(str(evidence[best].get("n", best + 1)))
+    return next((u for item in reading.items if item.n == n for u in item.units if span.text in u.unit.text), None)
+
+
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
             scorer: Any = None, spans: Any = None) -> tuple[str, str | None]:
-    """The answer (`answer`) and, when it is the abstention sentence, why (`why_abstained`), from one reading
-    (ranked with a learned ``scorer`` when one is given: `choose`).
+    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for
+    an answer, how it was read (the rules' best unit and its support, whether the span reader's unit
+    was quoted first, where the bold lead came from). One reading, ranked with a learned ``scorer``
+    when one is given (`choose`).
 
-    An answer opens with the asked thing in bold when the first quote holds it:
-    ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader (``spans``,
-    `crag_lab.learned.SpanReader`) that is the reader's answer in the first quote's item (`span_lead`),
-    and the rules' (`short_answer`) when it finds none there; without one, the rules'.
+    With a span reader (``spans``, `crag_lab.learned.SpanReader`), the unit holding its confident best
+    span over all the evidence is quoted first, before the rules' choice (`span_first`); whether to
+    answer at all stays the rules' decision. An answer opens with the asked thing in bold when the
+    first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that
+    is the reader's answer in the first quote's item (`span_lead`), and the rules' (`short_answer`)
+    when it finds none there; without one, the rules'.
     """
     reading = read(query, evidence, cache)
     choice = choose(reading, scorer)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
-    quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in choice.units]
-    body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, choice.units, strict=True))
+    units = list(choice.units)
+    first = span_first(reading, evidence, spans) if spans is not None else None
+    best = units[0]
+    why = [f"the rules' best unit is in item [{best.unit.n}] (support {choice.support:.2f}, "
+           f"{'ABSTAIN_BELOW' if choice.measure == 'support' else 'threshold'} {choice.abstain_below})"]
+    if first is not None and first.unit.text != best.unit.text:
+        units = [first, *(u for u in units if u.unit.text != first.unit.text)][:MAX_UNITS + 1]
+        why.append(f"the span reader's confident answer is in item [{first.unit.n}], quoted first")
+    quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in units]
+    body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, units, strict=True))
     lead = None
     if spans is not None:
         items = {int(str(e.get("n", i + 1))): e for i, e in enumerate(evidence)}
-        first = items.get(choice.units[0].unit.n)
-        lead = span_lead(query, quotes[0], first, spans) if first is not None else None
-    lead = lead or short_answer(quotes[0], reading.kind, query)
-    return (f"**{lead}** — {body}" if lead else body), None
+        item = items.get(units[0].unit.n)
+        lead = span_lead(query, quotes[0], item, spans) if item is not None else None
+    if lead:
+        why.append("the bold lead is the span reader's")
+    else:
+        lead = short_answer(quotes[0], reading.kind, query)
+        why.append("the bold lead is the one thing of the asked kind the quote holds" if lead else "no bold lead")
+    return (f"**{lead}** — {body}" if lead else body), "; ".join(why)
 
 
 def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:
