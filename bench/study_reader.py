@@ -10,20 +10,20 @@ paragraph. So a row differs from another only in how it reads.
 Variants:
 
 - ``rules``: what ships (`synthesizer.respond` with the span reader: the rules decide when to
-  abstain and pick what to quote, the span reader adds the unit of its confident best span first,
-  `synthesizer.span_first`, and picks what the answer opens with in bold, `synthesizer.span_lead`).
+  abstain and pick what to quote, the span reader what the answer opens with in bold,
+  `synthesizer.span_lead`).
+- ``+ span reader's unit first``: the opt-in ``CRAG_OFFLINE_SPAN_FIRST=1``: the unit holding the span
+  reader's best span over all the evidence is quoted first when its margin is at least
+  `synthesizer.SPAN_FIRST_MARGIN` (`synthesizer.span_first`); ``any margin``: whatever its margin.
 - ``learned (rules abstain)``: the learned reader (``CRAG_OFFLINE_READER=learned``): the scorer
   re-orders the top `LEARNED_TOP_K` units, the rules' support decides when to abstain.
 - ``learned (scorer abstains)``: the same ranking; the scorer's own threshold (set on its training
   data) decides when to abstain.
-- ``span reader's unit first, any margin``: the unit holding the span reader's best span over all
-  the evidence is quoted first, before the rules' choice (which still decides whether to answer at
-  all), whatever the span's margin: what ships without `synthesizer.SPAN_FIRST_MARGIN`.
 - ``rules − X``: what ships without one hand-written rule: answer kinds (the kind bonus and
   penalty and the finer shape), table labels (the label bonus), the names check (a name of the
   question no evidence holds), the negation check (`synthesizer.answers_the_negation`), the span
-  reader (neither its first quote nor its lead: ``CRAG_OFFLINE_LEAD=rules``), its first quote alone,
-  and the rules' lead (only the span reader's lead; none where it finds none in the first quote).
+  reader (the rules' lead alone: ``CRAG_OFFLINE_LEAD=rules``) and the rules' lead (only the span
+  reader's lead; none where it finds none in the first quote).
 
 Metrics as `crag-lab eval` defines them (`crag_lab.eval.metrics`): containment, exact match and token
 F1 on answerable questions (an abstention contains nothing), citation precision over cited items,
@@ -81,52 +81,22 @@ def _no_names(read: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _span_picks(spans: Any) -> dict[str, Callable[..., Any]]:
-    """`synthesizer.read` and `.choose` that quote first the unit holding the span reader's best span
-    over every evidence item; the rules' choice still decides whether to answer at all (the reading
-    keeps no item text, so `read` hands the evidence over)."""
-    from dataclasses import replace
-
-    from crag_lab.learned.span_data import passage
-
-    seen: dict[str, Any] = {}
-    original = synthesizer.choose  # taken before the variant's context patches it
-
-    def read(query: str, items: Sequence[Mapping[str, Any]], cache: Any) -> Any:
-        seen["items"] = items
-        return reading.read(query, items, cache)
-
-    def choose(rd: Any, *args: Any) -> Any:
-        choice = original(rd, *args)
-        items = seen.get("items") or []
-        if choice.abstains or not items:
-            return choice
-        found = spans.read(rd.query, [passage(str(i.get("title") or ""), str(i.get("text", ""))) for i in items])
-        best = max(range(len(found)), key=lambda k: found[k].margin)
-        n, text = int(items[best].get("n", best + 1)), found[best].text
-        unit = next((u for item in rd.items if item.n == n for u in item.units if text and text in u.unit.text), None)
-        if unit is None:
-            return choice
-        rest = [u for u in choice.units if u.unit.text != unit.unit.text]
-        return replace(choice, units=(unit, *rest))
-    return {"read": read, "choose": choose}
-
-
-def variants(scorer: Any, spans: Any) -> dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Any]], Any, Any]]:
-    """Name -> (a context in which `synthesizer.respond` reads that way, its scorer, its span reader)."""
+def variants(scorer: Any, spans: Any) -> dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Any]], Any, Any, bool]]:
+    """Name -> (a context in which `synthesizer.respond` reads that way, its scorer, its span reader,
+    whether the span reader's unit is quoted first)."""
     s = synthesizer
     return {
-        "rules": (lambda: patched(s), None, spans),
-        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans),
-        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans),
-        "span reader's unit first, any margin": (lambda: patched(s, **_span_picks(spans)), None, spans),
-        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans),
-        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans),
-        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans),
-        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans),
-        "rules − span reader": (lambda: patched(s), None, None),
-        "rules − the span reader's first quote": (lambda: patched(s, SPAN_FIRST_MARGIN=float("inf")), None, spans),
-        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans),
+        "rules": (lambda: patched(s), None, spans, False),
+        "+ span reader's unit first (CRAG_OFFLINE_SPAN_FIRST=1)": (lambda: patched(s), None, spans, True),
+        "+ span reader's unit first, any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True),
+        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, False),
+        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, False),
+        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, False),
+        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans, False),
+        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans, False),
+        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans, False),
+        "rules − span reader": (lambda: patched(s), None, None, False),
+        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans, False),
     }
 
 
@@ -271,10 +241,11 @@ def markdown(result: Mapping[str, Any]) -> str:
                          + ("yes: " + ", ".join(costs) if costs else "**no**") + " |")
     lines += ["", f"Learned reader: the scorer reads the top {result['top_k']} units of the rules' ranking and adds "
               f"{result['weight']} × its probability; its own abstention threshold is {result['threshold']} "
-              "(set on its training data's held-out unanswerable groups). Span reader: the unit of its best span "
-              f"over all the evidence is quoted first when that span's margin over no answer is at least "
-              f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick), and "
-              "its span inside the first quote is the bold lead. The `rules −` rows remove one rule from what ships."]
+              "(set on its training data's held-out unanswerable groups). Span reader: its span inside the first quote "
+              "is the bold lead; with CRAG_OFFLINE_SPAN_FIRST=1 the unit of its best span over all the evidence is "
+              f"also quoted first when that span's margin over no answer is at least "
+              f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick). "
+              "The `rules −` rows remove one rule from what ships."]
     return "\n".join(lines) + "\n"
 
 
@@ -291,11 +262,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = {**kb_cases(lab), **public_cases()}
     cache = VectorCache()
     rows: dict[str, dict[str, Any]] = {}
-    for variant, (context, reader, lead) in variants(scorer, spans).items():
+    for variant, (context, reader, lead, first) in variants(scorer, spans).items():
         log(f"reader study: {variant}")
         with context():
-            rows[variant] = {name: score(cases, lambda q, ev, r=reader, sp=lead: synthesizer.respond(q, ev, cache, r, sp)[0])
-                             for name, cases in sets.items()}
+            rows[variant] = {name: score(cases, lambda q, ev, r=reader, sp=lead, f=first:
+                                         synthesizer.respond(q, ev, cache, r, sp, f)[0]) for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
               "span_first_margin": synthesizer.SPAN_FIRST_MARGIN}

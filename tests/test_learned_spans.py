@@ -180,19 +180,28 @@ def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays()
 
     rules = respond(QUESTION, [rotation, schedule], VectorCache())[0]
     assert rules.split(" [")[0].endswith("Certificates are rotated every 90 days by the platform team")
-    confident = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN))[0]
-    assert confident.startswith("**2025-03-02** — The next rotation window opens on 2025-03-02 [2]. Certificates")
-    doubtful = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1))[0]
+    confident = OnlyIn("2025-03-02", SPAN_FIRST_MARGIN)
+    first = respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident, first_unit=True)
+    assert first[0].startswith("**2025-03-02** — The next rotation window opens on 2025-03-02 [2]. Certificates")
+    assert first[1] is not None and "quoted first" in first[1]
+    assert "[2]" not in respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident)[0].split(".")[0]  # opt-in
+    doubtful = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1),
+                       first_unit=True)[0]
     assert "[2]" not in doubtful.split(".")[0]
-    unanswerable = respond("What is the maximum upload size?", [rotation], VectorCache(), spans=OnlyIn("90 days", 9.0))
+    unanswerable = respond("What is the maximum upload size?", [rotation], VectorCache(), spans=OnlyIn("90 days", 9.0),
+                           first_unit=True)
     assert unanswerable == respond("What is the maximum upload size?", [rotation], VectorCache())  # the rules abstain
 
 
 def test_the_lead_setting_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag_lab.learned.spans import fingerprint
 
-    assert OfflineModel().lead == "spans"
+    assert OfflineModel().lead == "spans" and not OfflineModel().span_first
     assert OfflineModel().cache_identity()["spans"] == fingerprint()
+    assert "span_first" not in OfflineModel().cache_identity()
+    monkeypatch.setenv("CRAG_OFFLINE_SPAN_FIRST", "1")
+    assert OfflineModel().span_first and OfflineModel().cache_identity()["span_first"] == "on"
+    assert not OfflineModel(lead="rules").span_first  # nothing to quote first without the reader
     monkeypatch.setenv("CRAG_OFFLINE_LEAD", "rules")
     assert OfflineModel().lead == "rules"
     assert "spans" not in OfflineModel().cache_identity() and "lead" not in OfflineModel().cache_identity()

@@ -103,9 +103,10 @@ class SpanReader:
                     ids = list(range(lo, min(lo + batch_size, len(enc["input_ids"]))))
                     padded = self._tokenizer.pad({k: [enc[k][w] for w in ids] for k in keys}, return_tensors="pt")
                     result = self._model(**padded)
+                    starts, ends = result.start_logits.tolist(), result.end_logits.tolist()  # plain floats: fast to sort
                     for j, w in enumerate(ids):
                         row = todo[enc["overflow_to_sample_mapping"][w]]
-                        n, spans = best_spans(result.start_logits[j], result.end_logits[j],
+                        n, spans = best_spans(starts[j], ends[j],
                                               enc["offset_mapping"][w], enc.sequence_ids(w), top=5)
                         null[row] = min(null.get(row, n), n)
                         if spans and spans[0][0] > best.get(row, (float("-inf"), 0, 0))[0]:

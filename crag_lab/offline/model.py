@@ -38,9 +38,10 @@ class OfflineModel:
     ``reader`` picks how the synthesizer ranks units and decides to abstain: ``"rules"`` or
     ``"learned"`` (the trained answer scorer, `crag_lab.offline.synthesizer.learned_ranked`); None
     reads ``CRAG_OFFLINE_READER``. ``lead`` says whether the trained span reader helps
-    (`crag_lab.learned.SpanReader`): ``"spans"`` (its confident unit quoted first, its answer in the
-    first quote as the bold lead) or ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. An unknown name
-    raises a `ValueError` naming the valid ones.
+    (`crag_lab.learned.SpanReader`): ``"spans"`` (its answer in the first quote as the bold lead) or
+    ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. ``span_first`` (None reads
+    ``CRAG_OFFLINE_SPAN_FIRST``, off by default) also quotes the span reader's confident unit first
+    (`synthesizer.span_first`). An unknown name raises a `ValueError` naming the valid ones.
 
     >>> import json
     >>> from crag_lab.offline import OfflineModel
@@ -52,17 +53,20 @@ class OfflineModel:
     name = "offline"
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
-                 router: str | None = None, reader: str | None = None, lead: str | None = None) -> None:
-        if router is None or reader is None or lead is None:
+                 router: str | None = None, reader: str | None = None, lead: str | None = None,
+                 span_first: bool | None = None) -> None:
+        if router is None or reader is None or lead is None or span_first is None:
             from crag_lab.config import OfflineSettings
 
             settings = OfflineSettings()
             router = settings.router if router is None else router
             reader = settings.reader if reader is None else reader
             lead = settings.lead if lead is None else lead
+            span_first = settings.span_first if span_first is None else span_first
         self.router = check_router(router)
         self.reader = check_reader(reader)
         self.lead = check_lead(lead)
+        self.span_first = bool(span_first) and self.lead == "spans"
         self._scorer: Any = None
         self._spans: Any = None
         store = model_name = None
@@ -129,6 +133,8 @@ class OfflineModel:
 
             identity["lead"] = self.lead
             identity["spans"] = spans_fingerprint()
+            if self.span_first:
+                identity["span_first"] = "on"
         return identity
 
     @property
@@ -181,5 +187,5 @@ class OfflineModel:
                 return synthesizer.NORMAL_ANSWER, None
             return synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
                                        self.scorer if self.reader == "learned" else None,
-                                       self.spans if self.lead == "spans" else None)
+                                       self.spans if self.lead == "spans" else None, self.span_first)
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -85,8 +85,9 @@ COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
 SPAN_FIRST_MARGIN = 6.0
-"""With a span reader, the unit holding its best span over all the evidence is quoted first (before
-the rules' choice) when the span's margin over "no answer" is at least this (`span_first`). Of the
+"""With a span reader and ``span_first`` on (opt-in: ``CRAG_OFFLINE_SPAN_FIRST=1``), the unit holding
+its best span over all the evidence is quoted first (before the rules' choice) when the span's margin
+over "no answer" is at least this (`span_first`). Of the
 grid 0, 3, 6, 9 it is the lowest that keeps the tuning split's citation precision; the test split
 and the public sets were not consulted (docs/dev/reader.md measures them all)."""
 LEARNED_TOP_K = 8
@@ -391,15 +392,16 @@ def span_first(reading: Reading, evidence: Sequence[Mapping[str, object]], reade
 
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
-            scorer: Any = None, spans: Any = None) -> tuple[str, str | None]:
+            scorer: Any = None, spans: Any = None, first_unit: bool = False) -> tuple[str, str | None]:
     """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for
     an answer, how it was read (the rules' best unit and its support, whether the span reader's unit
     was quoted first, where the bold lead came from). One reading, ranked with a learned ``scorer``
     when one is given (`choose`).
 
-    With a span reader (``spans``, `crag_lab.learned.SpanReader`), the unit holding its confident best
-    span over all the evidence is quoted first, before the rules' choice (`span_first`); whether to
-    answer at all stays the rules' decision. An answer opens with the asked thing in bold when the
+    With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its
+    confident best span over all the evidence is quoted first, before the rules' choice (`span_first`;
+    opt-in: it reads every item, about 40 ms each on two cores); whether to answer at all stays the
+    rules' decision. An answer opens with the asked thing in bold when the
     first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that
     is the reader's answer in the first quote's item (`span_lead`), and the rules' (`short_answer`)
     when it finds none there; without one, the rules'.
@@ -409,7 +411,7 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     units = list(choice.units)
-    first = span_first(reading, evidence, spans) if spans is not None else None
+    first = span_first(reading, evidence, spans) if spans is not None and first_unit else None
     best = units[0]
     why = [f"the rules' best unit is in item [{best.unit.n}] (support {choice.support:.2f}, "
            f"{'ABSTAIN_BELOW' if choice.measure == 'support' else 'threshold'} {choice.abstain_below})"]
