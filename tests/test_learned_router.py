@@ -88,8 +88,11 @@ def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
     assert parsed["router"] == plan_learned["router"]  # kept in the routing plan: the trace shows it
     assert "router" not in parse_analysis(rules.complete("analyze", "", inputs).text, ["vector_search"])
     grader = rules.cache_identity()["grader"]  # the grader's calibration (test_offline_grader checks it)
-    assert rules.cache_identity() == {"name": "offline", "grader": grader}
-    assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned"}
+    from crag_lab.learned.spans import fingerprint
+
+    leads = {"lead": "spans", "spans": fingerprint()}  # the span reader's bold lead, the default
+    assert rules.cache_identity() == {"name": "offline", "grader": grader, **leads}
+    assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
     monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "rules")
     assert OfflineModel().router == "rules"
     monkeypatch.delenv("CRAG_OFFLINE_ROUTER")

@@ -11,7 +11,6 @@ import pytest
 from crag_lab.learned import Span, SpanReader
 from crag_lab.learned.fit_spans import MAX_ANSWER_TOKENS, best_spans, targets, windows
 from crag_lab.learned.span_data import (
-    SpanExample,
     answerable,
     build,
     doc_examples,
@@ -219,9 +218,3 @@ def test_the_offline_model_answers_with_the_shipped_readers_lead() -> None:
     reply = OfflineModel().complete("synthesize", "", {"query": "Which port does the gateway listen on?", "evidence": [
         {"n": 1, "title": "Gateway", "text": "The public gateway listens on port 8443 and terminates TLS there."}]})
     assert reply.text.startswith("**8443** — ") and "[1]" in reply.text
-
-
-def test_an_example_is_frozen_data() -> None:
-    ex = SpanExample("q", "p", -1, "", "x")
-    with pytest.raises(AttributeError):
-        ex.start = 3  # type: ignore[misc]
