@@ -10,20 +10,22 @@ paragraph. So a row differs from another only in how it reads.
 Variants:
 
 - ``rules``: what ships (`synthesizer.respond` with the span reader: the rules decide when to
-  abstain and pick what to quote, the span reader what the answer opens with in bold,
-  `synthesizer.span_lead`).
-- ``+ span reader's unit first``: the opt-in ``CRAG_OFFLINE_SPAN_FIRST=1``: the unit holding the span
-  reader's best span over all the evidence is quoted first when its margin is at least
-  `synthesizer.SPAN_FIRST_MARGIN` (`synthesizer.span_first`); ``any margin``: whatever its margin.
+  abstain and pick what to quote; the unit holding the span reader's best span over all the evidence
+  is quoted first when its margin is at least `synthesizer.SPAN_FIRST_MARGIN`, `synthesizer.span_first`;
+  the span reader's answer in the first quote opens the answer in bold, `synthesizer.span_lead`).
+  The span reader reads each item's `synthesizer.READ_UNITS` best units (`synthesizer.reader_passage`).
+- ``span reader's unit first at any margin``: whatever its margin; ``span reader reading whole
+  items``: every unit of each item instead of the best few.
 - ``learned (rules abstain)``: the learned reader (``CRAG_OFFLINE_READER=learned``): the scorer
   re-orders the top `LEARNED_TOP_K` units, the rules' support decides when to abstain.
 - ``learned (scorer abstains)``: the same ranking; the scorer's own threshold (set on its training
   data) decides when to abstain.
-- ``rules − X``: what ships without one hand-written rule: answer kinds (the kind bonus and
-  penalty and the finer shape), table labels (the label bonus), the names check (a name of the
-  question no evidence holds), the negation check (`synthesizer.answers_the_negation`), the span
-  reader (the rules' lead alone: ``CRAG_OFFLINE_LEAD=rules``) and the rules' lead (only the span
-  reader's lead; none where it finds none in the first quote).
+- ``rules − X``: what ships without one hand-written rule or learned part: answer kinds (the kind
+  bonus and penalty and the finer shape), table labels (the label bonus), the names check (a name of
+  the question no evidence holds), the negation check (`synthesizer.answers_the_negation`), the span
+  reader's unit first (``CRAG_OFFLINE_SPAN_FIRST=0``), the span reader altogether (the rules' lead
+  alone: ``CRAG_OFFLINE_LEAD=rules``) and the rules' lead (only the span reader's lead; none where it
+  finds none in the first quote).
 
 Metrics as `crag-lab eval` defines them (`crag_lab.eval.metrics`): containment, exact match and token
 F1 on answerable questions (an abstention contains nothing), citation precision over cited items,
@@ -86,17 +88,18 @@ def variants(scorer: Any, spans: Any) -> dict[str, tuple[Callable[[], contextlib
     whether the span reader's unit is quoted first)."""
     s = synthesizer
     return {
-        "rules": (lambda: patched(s), None, spans, False),
-        "+ span reader's unit first (CRAG_OFFLINE_SPAN_FIRST=1)": (lambda: patched(s), None, spans, True),
-        "+ span reader's unit first, any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True),
-        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, False),
-        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, False),
-        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, False),
-        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans, False),
-        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans, False),
-        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans, False),
+        "rules": (lambda: patched(s), None, spans, True),
+        "span reader's unit first at any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True),
+        "span reader reading whole items": (lambda: patched(s, READ_UNITS=10**6), None, spans, True),
+        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, True),
+        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, True),
+        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, True),
+        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans, True),
+        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans, True),
+        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans, True),
+        "rules − span reader's unit first (CRAG_OFFLINE_SPAN_FIRST=0)": (lambda: patched(s), None, spans, False),
         "rules − span reader": (lambda: patched(s), None, None, False),
-        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans, False),
+        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans, True),
     }
 
 
@@ -241,10 +244,11 @@ def markdown(result: Mapping[str, Any]) -> str:
                          + ("yes: " + ", ".join(costs) if costs else "**no**") + " |")
     lines += ["", f"Learned reader: the scorer reads the top {result['top_k']} units of the rules' ranking and adds "
               f"{result['weight']} × its probability; its own abstention threshold is {result['threshold']} "
-              "(set on its training data's held-out unanswerable groups). Span reader: its span inside the first quote "
-              "is the bold lead; with CRAG_OFFLINE_SPAN_FIRST=1 the unit of its best span over all the evidence is "
-              f"also quoted first when that span's margin over no answer is at least "
-              f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick). "
+              "(set on its training data's held-out unanswerable groups). Span reader: it reads each item's "
+              f"{result.get('read_units', synthesizer.READ_UNITS)} best units; the unit of its best span over all the "
+              "evidence is quoted first when that span's margin over no answer is at least "
+              f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick), and its "
+              "span inside the first quote is the bold lead. "
               "The `rules −` rows remove one rule from what ships."]
     return "\n".join(lines) + "\n"
 
@@ -269,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          synthesizer.respond(q, ev, cache, r, sp, f)[0]) for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
-              "span_first_margin": synthesizer.SPAN_FIRST_MARGIN}
+              "span_first_margin": synthesizer.SPAN_FIRST_MARGIN, "read_units": synthesizer.READ_UNITS}
     publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 

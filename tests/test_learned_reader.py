@@ -11,7 +11,7 @@ import pytest
 from crag_lab.learned import ScorerCard
 from crag_lab.offline import OfflineModel, synthesizer
 from crag_lab.offline.reading import read
-from crag_lab.offline.synthesizer import LEARNED_TOP_K, LEARNED_WEIGHT, choose, learned_ranked, ranked, respond
+from crag_lab.offline.synthesizer import LEARNED_TOP_K, LEARNED_WEIGHT, READ_UNITS, choose, learned_ranked, ranked, respond
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
@@ -84,7 +84,7 @@ def test_the_setting_picks_the_reader_and_it_is_part_of_the_models_identity(monk
     from crag_lab.offline.grader import calibration_fingerprint
 
     grader = calibration_fingerprint()
-    leads = {"lead": "spans", "spans": spans_fingerprint()}
+    leads = {"lead": "spans", "spans": spans_fingerprint(), "span_units": str(READ_UNITS)}
     assert OfflineModel().reader == "rules"
     assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
     monkeypatch.setenv("CRAG_OFFLINE_READER", "learned")

@@ -14,6 +14,7 @@ from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.train_router import main as train_main
 from crag_lab.offline import OfflineModel
 from crag_lab.offline.router import analyze, explain, learned_route
+from crag_lab.offline.synthesizer import READ_UNITS
 from crag_lab.offline.vectors import VectorCache
 from crag_lab.parsing import parse_analysis
 
@@ -90,7 +91,7 @@ def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
     grader = rules.cache_identity()["grader"]  # the grader's calibration (test_offline_grader checks it)
     from crag_lab.learned.spans import fingerprint
 
-    leads = {"lead": "spans", "spans": fingerprint()}  # the span reader's bold lead, the default
+    leads = {"lead": "spans", "spans": fingerprint(), "span_units": str(READ_UNITS)}  # the span reader, the default
     assert rules.cache_identity() == {"name": "offline", "grader": grader, **leads}
     assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
     monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "rules")

@@ -20,7 +20,8 @@ from crag_lab.learned.span_data import (
 )
 from crag_lab.learned.spans import NO_SPAN, SPANS_DIR
 from crag_lab.offline import OfflineModel
-from crag_lab.offline.synthesizer import respond, span_lead
+from crag_lab.offline.reading import read
+from crag_lab.offline.synthesizer import READ_UNITS, reader_passage, respond, span_lead
 from crag_lab.offline.vectors import VectorCache
 
 ROWS = [
@@ -153,13 +154,26 @@ def test_the_span_lead_is_the_readers_answer_inside_the_first_quote() -> None:
     assert set(spans.read_passages) == {"Certificate rotation: " + RUNBOOK["text"]}
 
 
+def test_the_reader_reads_an_items_best_units_in_their_own_order() -> None:
+    filler = [f"The {w} team meets on Fridays." for w in ("design", "sales", "legal", "support", "finance")]
+    text = " ".join([filler[0], "Certificates are rotated every 90 days.", *filler[1:3],
+                     "Rotation is announced in the certs channel.", *filler[3:]])
+    item = read(QUESTION, [{"n": 1, "title": "Certificate rotation", "text": text}], VectorCache()).items[0]
+    assert len(item.units) == 7 and READ_UNITS < 7
+    lines = reader_passage(item).removeprefix("Certificate rotation: ").split("\n")
+    assert len(lines) == READ_UNITS and "Certificates are rotated every 90 days." in lines
+    assert "Rotation is announced in the certs channel." in lines
+    assert lines == [u.unit.text for u in item.units if u.unit.text in lines]  # the item's order, not the ranking
+
+
 def test_no_span_lead_when_the_reader_doubts_or_points_outside_the_quote() -> None:
     quote = RUNBOOK["text"].removesuffix(".")
-    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans("every 90 days", -0.5)) is None
-    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans("Certificate rotation", 4.0)) is None  # the title
-    assert span_lead(QUESTION, quote, RUNBOOK, FakeSpans(quote, 4.0)) is None  # the whole quote adds nothing
+    item = read(QUESTION, [RUNBOOK], VectorCache()).items[0]
+    assert span_lead(QUESTION, quote, item, FakeSpans("every 90 days", -0.5)) is None
+    assert span_lead(QUESTION, quote, item, FakeSpans("Certificate rotation", 4.0)) is None  # the title
+    assert span_lead(QUESTION, quote, item, FakeSpans(quote, 4.0)) is None  # the whole quote adds nothing
     assert span_lead("How often are certificates rotated, and in which channel is rotation announced?", quote,
-                     RUNBOOK, FakeSpans("every 90 days", 4.0)) is None  # two parts, two answers
+                     item, FakeSpans("every 90 days", 4.0)) is None  # two parts, two answers
     rules = respond(QUESTION, [RUNBOOK], VectorCache(), spans=FakeSpans("every 90 days", -0.5))[0]
     assert rules == respond(QUESTION, [RUNBOOK], VectorCache())[0]  # the rules' own lead, or none
 
@@ -183,7 +197,7 @@ def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays()
     first = respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident, first_unit=True)
     assert first[0].startswith("**2025-03-02** — The next rotation window opens on 2025-03-02 [2]. Certificates")
     assert first[1] is not None and "quoted first" in first[1]
-    assert "[2]" not in respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident)[0].split(".")[0]  # opt-in
+    assert "[2]" not in respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident)[0].split(".")[0]  # only asked
     doubtful = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1),
                        first_unit=True)[0]
     assert "[2]" not in doubtful.split(".")[0]
@@ -195,11 +209,12 @@ def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays()
 def test_the_lead_setting_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag_lab.learned.spans import fingerprint
 
-    assert OfflineModel().lead == "spans" and not OfflineModel().span_first
+    assert OfflineModel().lead == "spans" and OfflineModel().span_first
     assert OfflineModel().cache_identity()["spans"] == fingerprint()
+    assert OfflineModel().cache_identity()["span_units"] == str(READ_UNITS)
     assert "span_first" not in OfflineModel().cache_identity()
-    monkeypatch.setenv("CRAG_OFFLINE_SPAN_FIRST", "1")
-    assert OfflineModel().span_first and OfflineModel().cache_identity()["span_first"] == "on"
+    monkeypatch.setenv("CRAG_OFFLINE_SPAN_FIRST", "0")
+    assert not OfflineModel().span_first and OfflineModel().cache_identity()["span_first"] == "off"
     assert not OfflineModel(lead="rules").span_first  # nothing to quote first without the reader
     monkeypatch.setenv("CRAG_OFFLINE_LEAD", "rules")
     assert OfflineModel().lead == "rules"

@@ -40,7 +40,7 @@ class OfflineModel:
     reads ``CRAG_OFFLINE_READER``. ``lead`` says whether the trained span reader helps
     (`crag_lab.learned.SpanReader`): ``"spans"`` (its answer in the first quote as the bold lead) or
     ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. ``span_first`` (None reads
-    ``CRAG_OFFLINE_SPAN_FIRST``, off by default) also quotes the span reader's confident unit first
+    ``CRAG_OFFLINE_SPAN_FIRST``, on by default) also quotes the span reader's confident unit first
     (`synthesizer.span_first`). An unknown name raises a `ValueError` naming the valid ones.
 
     >>> import json
@@ -133,8 +133,9 @@ class OfflineModel:
 
             identity["lead"] = self.lead
             identity["spans"] = spans_fingerprint()
-            if self.span_first:
-                identity["span_first"] = "on"
+            identity["span_units"] = str(synthesizer.READ_UNITS)  # what it reads of an item
+            if not self.span_first:
+                identity["span_first"] = "off"
         return identity
 
     @property

@@ -28,6 +28,7 @@ from typing import Any, get_args
 from crag_lab.config import OfflineLead, OfflineReader
 from crag_lab.offline import router
 from crag_lab.offline.reading import (
+    ItemReading,
     Reading,
     UnitReading,
     coverage,
@@ -84,12 +85,18 @@ MAX_UNITS = 3
 COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
-SPAN_FIRST_MARGIN = 6.0
-"""With a span reader and ``span_first`` on (opt-in: ``CRAG_OFFLINE_SPAN_FIRST=1``), the unit holding
-its best span over all the evidence is quoted first (before the rules' choice) when the span's margin
-over "no answer" is at least this (`span_first`). Of the
-grid 0, 3, 6, 9 it is the lowest that keeps the tuning split's citation precision; the test split
-and the public sets were not consulted (docs/dev/reader.md measures them all)."""
+READ_UNITS = 3
+"""The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole
+item: with ``span_first`` on, reading every evidence item whole doubled the offline p50. On the tuning
+split, of 2, 3, 4, 6 units and the whole item, 3 gives the best exact match and token F1 (30.4 / 38.1,
+the whole item 29.4 / 38.1) at the same containment and citation precision; the test split and the
+public sets were not consulted (docs/dev/reader.md measures them all)."""
+SPAN_FIRST_MARGIN = 9.0
+"""With a span reader and ``span_first`` on (the default; ``CRAG_OFFLINE_SPAN_FIRST=0`` turns it off),
+the unit holding its best span over all the evidence is quoted first (before the rules' choice) when
+the span's margin over "no answer" is at least this (`span_first`). Of the grid 0, 3, 6, 9 it is the
+lowest that keeps the tuning split's citation precision (reading `READ_UNITS` units; 6 did when the
+reader read whole items); the test split and the public sets were not consulted."""
 LEARNED_TOP_K = 8
 """The learned reader (`learned_ranked`) asks the scorer about this many units, the top of `ranked`:
 about 40 ms on two CPU cores, where scoring every unit of the evidence would take seconds."""
@@ -357,38 +364,44 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
     return found_in[0]
 
 
-def span_lead(query: str, quote: str, item: Mapping[str, object], reader: Any) -> str | None:
+def reader_passage(item: ItemReading) -> str:
+    """What the span reader reads of an item: ``"Title: units"``, its `READ_UNITS` best-supported units
+    (`unit_support`) in the item's own order, one a line. A quote is always a unit, so the reader's
+    answer must lie in one to be quoted; reading the likeliest few instead of the whole item takes
+    fewer tokens, and the reader's time grows with them."""
+    from crag_lab.learned.span_data import passage
+
+    top = sorted(sorted(range(len(item.units)), key=lambda k: unit_support(item.units[k]), reverse=True)[:READ_UNITS])
+    return passage(item.title, "\n".join(item.units[k].unit.text for k in top))
+
+
+def span_lead(query: str, quote: str, item: ItemReading, reader: Any) -> str | None:
     """The span reader's answer to ``query`` in ``item`` when it lies inside ``quote`` and the reader
     says the item answers (its margin over "no answer" is positive); else None.
 
     Only for a one-part question (several parts have several answers), and never the whole quote.
-    ``reader`` is a `crag_lab.learned.SpanReader`; it reads the item as it was trained, ``"Title: text"``.
+    ``reader`` is a `crag_lab.learned.SpanReader`; it reads the item's best units (`reader_passage`).
     """
-    from crag_lab.learned.span_data import passage
-
     if question_parts(query):
         return None
-    span = reader.read(query, [passage(str(item.get("title") or ""), str(item.get("text", "")))])[0]
+    span = reader.read(query, [reader_passage(item)])[0]
     text = span.text.strip()
     if span.margin <= 0 or not text or text not in quote or text.strip("`") == quote.strip().strip("`"):
         return None
     return text
 
 
-def span_first(reading: Reading, evidence: Sequence[Mapping[str, object]], reader: Any) -> UnitReading | None:
+def span_first(reading: Reading, reader: Any) -> UnitReading | None:
     """The unit holding the span reader's best span over every evidence item, when that span's margin
-    is at least `SPAN_FIRST_MARGIN`; else None. Each item is read as ``"Title: text"``."""
-    from crag_lab.learned.span_data import passage
-
-    if not evidence:
+    is at least `SPAN_FIRST_MARGIN`; else None. Each item is read as `reader_passage` gives it."""
+    if not reading.items:
         return None
-    found = reader.read(reading.query, [passage(str(e.get("title") or ""), str(e.get("text", ""))) for e in evidence])
+    found = reader.read(reading.query, [reader_passage(item) for item in reading.items])
     best = max(range(len(found)), key=lambda k: found[k].margin)
     span = found[best]
     if span.margin < SPAN_FIRST_MARGIN or not span.text.strip():
         return None
-    n = int(str(evidence[best].get("n", best + 1)))
-    return next((u for item in reading.items if item.n == n for u in item.units if span.text in u.unit.text), None)
+    return next((u for u in reading.items[best].units if span.text in u.unit.text), None)
 
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
@@ -399,9 +412,9 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     when one is given (`choose`).
 
     With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its
-    confident best span over all the evidence is quoted first, before the rules' choice (`span_first`;
-    opt-in: it reads every item, about 40 ms each on two cores); whether to answer at all stays the
-    rules' decision. An answer opens with the asked thing in bold when the
+    confident best span over all the evidence is quoted first, before the rules' choice (`span_first`,
+    on by default: it reads every item's best units, about 12 ms an item on two cores); whether to
+    answer at all stays the rules' decision. An answer opens with the asked thing in bold when the
     first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that
     is the reader's answer in the first quote's item (`span_lead`), and the rules' (`short_answer`)
     when it finds none there; without one, the rules'.
@@ -411,7 +424,7 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     units = list(choice.units)
-    first = span_first(reading, evidence, spans) if spans is not None and first_unit else None
+    first = span_first(reading, spans) if spans is not None and first_unit else None
     best = units[0]
     why = [f"the rules' best unit is in item [{best.unit.n}] (support {choice.support:.2f}, "
            f"{'ABSTAIN_BELOW' if choice.measure == 'support' else 'threshold'} {choice.abstain_below})"]
@@ -422,8 +435,7 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, units, strict=True))
     lead = None
     if spans is not None:
-        items = {int(str(e.get("n", i + 1))): e for i, e in enumerate(evidence)}
-        item = items.get(units[0].unit.n)
+        item = next((i for i in reading.items if i.n == units[0].unit.n), None)
         lead = span_lead(query, quotes[0], item, spans) if item is not None else None
     if lead:
         why.append("the bold lead is the span reader's")
