@@ -69,10 +69,15 @@ def test_documentation_examples_answer_with_the_cell_or_value_as_written() -> No
     assert unanswered and all(e.source == "docs-unanswerable" and answers[e.question] not in e.passage for e in unanswered)
 
 
-def test_examples_survive_a_round_trip(tmp_path: Path) -> None:
+def test_examples_survive_a_round_trip_and_the_same_examples_give_the_same_bytes(tmp_path: Path) -> None:
+    import time
+
     examples = [e for e in build(ROWS, seed=0)]
     write_examples(tmp_path / "x.json.gz", examples)
     assert read_examples(tmp_path / "x.json.gz") == examples
+    time.sleep(1.1)  # a time stamp in the header (whole seconds) would now differ
+    write_examples(tmp_path / "other name.json.gz", examples)  # no time stamp or file name in the header
+    assert (tmp_path / "other name.json.gz").read_bytes() == (tmp_path / "x.json.gz").read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +238,37 @@ def test_the_offline_model_answers_with_the_shipped_readers_lead() -> None:
     reply = OfflineModel().complete("synthesize", "", {"query": "Which port does the gateway listen on?", "evidence": [
         {"n": 1, "title": "Gateway", "text": "The public gateway listens on port 8443 and terminates TLS there."}]})
     assert reply.text.startswith("**8443** — ") and "[1]" in reply.text
+
+
+ARTICLE = [
+    "The bridge opened in 1932. Its largest span is 503 metres, built by Dorman Long.",
+    "In 1998 the Harbour Trust repainted it; Paul Hogan worked on the arch before that.",
+]
+
+
+def test_perturbed_questions_ask_what_their_own_paragraph_does_not_say() -> None:
+    import random
+
+    from crag_lab.learned.span_data import perturbed
+
+    row = {"title": "Harbour_Bridge", "context": ARTICLE[0], "answers": ["1932"], "answer_starts": [23]}
+    seen: dict[str, str] = {}
+    for seed in range(40):
+        for question in ("When did the bridge open in 1932?", "What is the largest span?", "When did the bridge open?"):
+            ex = perturbed({**row, "question": question}, ARTICLE, random.Random(seed))
+            assert ex is not None and ex.start == -1 and ex.answer == "" and ex.passage == "Harbour Bridge: " + ARTICLE[0]
+            seen[ex.source] = ex.question
+    assert seen["perturbed-entity"] in ("When did the bridge open in 1998?", "When did the bridge open in Harbour Trust?",
+                                        "When did the bridge open in Paul Hogan?")
+    assert seen["perturbed-antonym"] == "What is the smallest span?"
+    assert seen["perturbed-negation"] in ("When didn't the bridge open?", "When didn't the bridge open in 1932?")
+    assert perturbed({**row, "question": "Why bridges?"}, ARTICLE, random.Random(0)) is None  # no way applies
+
+
+def test_perturbing_adds_unanswerable_twins_and_leaves_the_rest_as_it_was() -> None:
+    plain = build(ROWS, near_share=1.0, other_share=1.0, seed=3)
+    assert build(ROWS, near_share=1.0, other_share=1.0, perturb_share=0.0, seed=3) == plain
+    twins = build(ROWS, near_share=1.0, other_share=1.0, perturb_share=1.0, seed=3)
+    assert [e for e in twins if not e.source.startswith("perturbed-")] == plain
+    added = [e for e in twins if e.source.startswith("perturbed-")]
+    assert added and all(e.start == -1 and e.question not in {r["question"] for r in ROWS} for e in added)

@@ -10,7 +10,10 @@ neither an evaluation set nor the bundled knowledge base:
   its content words and does not hold the answer: same topic, same names, no answer
   (`same_article_pairs` makes the scorer's groups the same way);
 - **elsewhere**: the same question against a paragraph of another article, drawn at random;
-- SQuAD 2.0 train (excerpt): its annotators' unanswerable questions against their own paragraph.
+- SQuAD 2.0 train (excerpt): its annotators' unanswerable questions against their own paragraph;
+- **perturbed** (opt-in, `perturbed`; not in the reader that ships): a SQuAD v1.1 question changed
+  the ways SQuAD 2.0's annotators wrote theirs, against its own paragraph — a name or number swapped
+  for one of the same article that the paragraph lacks, a negation, an antonym.
 
 An unanswerable example has ``start = -1``; a reader trained on them points at its ``[CLS]`` token
 there, which is what lets it compare passages (the one that answers against those that do not)
@@ -25,8 +28,10 @@ and withhold an answer, instead of finding a confident span in every passage.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +42,8 @@ from crag_lab.learned.data import _INSTALL_LINE, _KEY_TEMPLATES, _ROW_TEMPLATES,
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import units_of
 
-__all__ = ["SpanExample", "answerable", "build", "doc_examples", "passage", "read_examples", "write_examples"]
+__all__ = ["SpanExample", "answerable", "build", "doc_examples", "passage", "perturbed", "read_examples",
+           "write_examples"]
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,13 @@ def unanswerable(row: Mapping[str, Any], text: str, title: str, source: str) -> 
 
 
 def build(squad: Sequence[Mapping[str, Any]], excerpt: Sequence[Mapping[str, Any]] = (), *,
-          near_share: float = 0.5, other_share: float = 0.15, seed: int = 13) -> list[SpanExample]:
+          near_share: float = 0.5, other_share: float = 0.15, perturb_share: float = 0.0,
+          seed: int = 13) -> list[SpanExample]:
     """Every answerable example of ``squad``, near misses for ``near_share`` of its questions, another
-    article's paragraph for ``other_share`` of them, and ``excerpt``'s unanswerable questions."""
+    article's paragraph for ``other_share`` of them, a `perturbed` question for ``perturb_share`` of
+    them (drawn apart, so the others do not move), and ``excerpt``'s unanswerable questions."""
     rng = random.Random(seed)
+    twist = random.Random(f"perturb/{seed}")
     by_title = paragraphs_by_title(squad)
     titles = sorted(by_title)
     terms = {c: frozenset(content_terms(c)) for cs in by_title.values() for c in cs}
@@ -96,9 +105,66 @@ def build(squad: Sequence[Mapping[str, Any]], excerpt: Sequence[Mapping[str, Any
         if rng.random() < other_share:
             other = rng.choice([t for t in rng.sample(titles, min(3, len(titles))) if t != title] or titles)
             out.append(unanswerable(row, rng.choice(by_title[other]), other, "other-article"))
+        if perturb_share and twist.random() < perturb_share:
+            changed = perturbed(row, by_title[title], twist)
+            if changed is not None:
+                out.append(changed)
     out += [unanswerable(row, str(row["context"]), str(row["title"]), "squad2-unanswerable")
             for row in excerpt if row.get("is_impossible")]
     return out
+
+
+ANTONYMS = dict(pair for a, b in (
+    ("first", "last"), ("largest", "smallest"), ("biggest", "smallest"), ("most", "least"), ("before", "after"),
+    ("earliest", "latest"), ("highest", "lowest"), ("longest", "shortest"), ("oldest", "youngest"),
+    ("older", "younger"), ("more", "fewer"), ("increase", "decrease"), ("increased", "decreased"),
+    ("maximum", "minimum"), ("best", "worst"), ("north", "south"), ("east", "west"), ("won", "lost"),
+    ("start", "end"), ("began", "ended"), ("early", "late"), ("high", "low"), ("large", "small"),
+    ("major", "minor"), ("positive", "negative"), ("public", "private"), ("inside", "outside"),
+) for pair in ((a, b), (b, a)))
+"""Word swaps that turn a question into its opposite (SQuAD 2.0's annotators' "antonym" kind)."""
+_NEGATED = {"is": "isn't", "was": "wasn't", "are": "aren't", "were": "weren't", "did": "didn't", "does": "doesn't",
+            "do": "don't", "can": "can't", "could": "couldn't", "has": "hasn't", "had": "hadn't", "have": "haven't",
+            "will": "won't", "would": "wouldn't", "should": "shouldn't"}
+_AUX = re.compile(r"\b(" + "|".join(_NEGATED) + r")\b")
+_WEIGHTS = {"entity": 3, "antonym": 3, "negation": 1}
+"""How often each way is picked when several apply: SQuAD 2.0's annotators swapped entities and
+antonyms about twice as often as they negated (Rajpurkar et al. 2018, table 3)."""
+_NAME = re.compile(r"\b(?:1[5-9]|20)\d\d\b|\b\d[\d,.]*\b|(?<!^)(?<![.?!]\s)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+
+
+def perturbed(row: Mapping[str, Any], paragraphs: Sequence[str], rng: random.Random) -> SpanExample | None:
+    """``row``'s question made unanswerable against its own paragraph, or None when no way applies.
+
+    The ways of SQuAD 2.0's annotators that rules can apply: swap a name or number of the question that
+    the paragraph holds for one of the same kind from another of the article's ``paragraphs`` that
+    this paragraph lacks (*entity swap*); turn a word into its opposite, when the paragraph lacks the
+    opposite (*antonym*, `ANTONYMS`); negate the question's verb (*negation*). Each is a guess: an
+    antonym or a negation can leave a question the paragraph still answers, so the share is small.
+    """
+    question, text = str(row["question"]), str(row["context"])
+    ways: list[tuple[str, str]] = []
+    held = [m for m in _NAME.finditer(question) if m.group(0) in text]
+    if held:
+        m = rng.choice(held)
+        digit = m.group(0)[0].isdigit()
+        pool = sorted({n.group(0) for p in paragraphs if p != text for n in _NAME.finditer(p)
+                       if n.group(0)[0].isdigit() == digit and n.group(0) not in text and n.group(0) not in question})
+        if pool:
+            ways.append(("entity", question[:m.start()] + rng.choice(pool) + question[m.end():]))
+    words = [m for m in re.finditer(r"[A-Za-z]+", question) if m.group(0).lower() in ANTONYMS]
+    if words:
+        m = rng.choice(words)
+        opposite = ANTONYMS[m.group(0).lower()]
+        if not re.search(rf"\b{opposite}\b", text, re.IGNORECASE):
+            ways.append(("antonym", question[:m.start()] + opposite + question[m.end():]))
+    aux = _AUX.search(question)
+    if aux and not re.search(r"\b(?:not|never|no)\b|n't", question, re.IGNORECASE):
+        ways.append(("negation", question[:aux.start()] + _NEGATED[aux.group(1)] + question[aux.end():]))
+    if not ways:
+        return None
+    kind, changed = rng.choices(ways, weights=[_WEIGHTS[k] for k, _ in ways])[0]
+    return SpanExample(changed, passage(str(row["title"]), text), -1, "", f"perturbed-{kind}")
 
 
 def _locate(text: str, anchor: str, value: str) -> int:
@@ -158,7 +224,9 @@ def write_examples(path: str | Path, examples: Iterable[SpanExample]) -> None:
     passage_index, start, answer, source], ...]}``."""
     index: dict[str, int] = {}
     rows = [[e.question, index.setdefault(e.passage, len(index)), e.start, e.answer, e.source] for e in examples]
-    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
+    # no time stamp or file name in the gzip header: the same examples give the same bytes
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0, filename="") as packed, \
+            io.TextIOWrapper(packed, encoding="utf-8") as f:
         json.dump({"passages": list(index), "examples": rows}, f, separators=(",", ":"))
 
 

@@ -30,17 +30,20 @@ DOCS_REPEAT = 6
 
 
 def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
-         sites: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+         sites: Sequence[str] = (), perturb: float = 0.0) -> dict[str, dict[str, int]]:
     """Write ``train.json.gz`` and ``val.json.gz`` under ``out``; the examples per source of each.
 
     With ``docs``, templated questions over the READMEs of the installed distributions (and those in
-    ``sites``) join them (`span_data.doc_examples`; tried, not shipped: the data card says why)."""
+    ``sites``) join them (`span_data.doc_examples`; tried, not shipped: the data card says why). With
+    ``perturb``, that share of the training questions also gets a perturbed, unanswerable twin
+    (`span_data.perturbed`; tried, not shipped); validation is the same either way."""
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held = held_out_titles(squad, rng)
     excerpt = [r for r in read_jsonl(train_dir / "squad2_train_excerpt.jsonl.gz") if r["is_impossible"]]
     first = sorted({r["title"] for r in excerpt})[0]
-    train = build([r for r in squad if r["title"] not in held], [r for r in excerpt if r["title"] == first], seed=seed)
+    train = build([r for r in squad if r["title"] not in held], [r for r in excerpt if r["title"] == first],
+                  perturb_share=perturb, seed=seed)
     val_rows = rng.sample([r for r in squad if r["title"] in held], VALIDATION_QUESTIONS)
     val = build(val_rows, [r for r in excerpt if r["title"] != first], seed=seed + 1)
     readmes = documentation(sites) if docs else []
@@ -65,8 +68,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--docs", action="store_true", help="add README examples (not in the reader that ships)")
     parser.add_argument("--site", action="append", default=[],
                         help="with --docs: a further site-packages folder whose distributions' READMEs are read too")
+    parser.add_argument("--perturb", type=float, default=0.0,
+                        help="share of training questions that also get a perturbed, unanswerable twin (not shipped)")
     args = parser.parse_args(argv)
-    print(dump(Path(args.train_dir), Path(args.dump), seed=args.seed, docs=args.docs, sites=args.site), flush=True)
+    print(dump(Path(args.train_dir), Path(args.dump), seed=args.seed, docs=args.docs, sites=args.site,
+               perturb=args.perturb), flush=True)
 
 
 if __name__ == "__main__":
