@@ -87,7 +87,8 @@ COMPARING_RULES = ("comparison", "alternatives", "between")
 WIDE_UNIT_CHARS = 220
 READ_UNITS = 3
 """The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole
-item: with ``span_first`` on, reading every evidence item whole doubled the offline p50. On the tuning
+item: with ``span_first`` on, reading every evidence item whole took the offline p50 on a prepared
+index from 112 to 317 ms (3 units: 167 ms, bench/RESULTS.md). On the tuning
 split, of 2, 3, 4, 6 units and the whole item, 3 gives the best exact match and token F1 (30.4 / 38.1,
 the whole item 29.4 / 38.1) at the same containment and citation precision; the test split and the
 public sets were not consulted (docs/dev/reader.md measures them all)."""
