@@ -128,8 +128,9 @@ _NEGATED = {"is": "isn't", "was": "wasn't", "are": "aren't", "were": "weren't", 
             "will": "won't", "would": "wouldn't", "should": "shouldn't"}
 _AUX = re.compile(r"\b(" + "|".join(_NEGATED) + r")\b")
 _WEIGHTS = {"entity": 3, "antonym": 3, "negation": 1}
-"""How often each way is picked when several apply: SQuAD 2.0's annotators swapped entities and
-antonyms about twice as often as they negated (Rajpurkar et al. 2018, table 3)."""
+"""How often each way is picked when several apply. SQuAD 2.0's annotators swapped entities (21 %)
+and antonyms (20 %) more than twice as often as they negated (9 %; Rajpurkar et al. 2018, table 3),
+and a negation applies by rule to most questions, so it weighs least."""
 _NAME = re.compile(r"\b(?:1[5-9]|20)\d\d\b|\b\d[\d,.]*\b|(?<!^)(?<![.?!]\s)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 
 
