@@ -2,10 +2,14 @@
 
 Routers compared (all through `crag_lab.offline.router`, each given the offline model's vector cache):
 
-- ``rules``: today's default (phrase rules, chitchat prototypes, complexity rules);
-- ``learned``: `crag_lab.learned.LearnedRouter` (a head over the MiniLM vector, trained by
-  ``python -m crag_lab.learned.train_router`` on public chit-chat and SQuAD v1.1 train questions);
-- hybrids, as an ablation: ``learned+phrases`` (the rules' two phrase lists for chitchat first, then
+- ``rules``: the phrase rules, chitchat prototypes and complexity rules (``CRAG_OFFLINE_ROUTER=rules``);
+- ``learned``: the default, `crag_lab.learned.LearnedRouter`: a head over the MiniLM vector (trained by
+  ``python -m crag_lab.learned.train_router`` on public chit-chat and SQuAD v1.1 train questions) and a
+  LoRA-tuned MiniLM reading the message's tokens (``fit_router.py``), complex when either finds
+  complex likelier than simple (`LearnedRouter.combine`);
+- ``token reader alone``: the tuned MiniLM's own decision, an ablation; ``--baseline-dir`` with the
+  head's folder before the token reader shipped gives the head alone;
+- hybrids with the rules, as an ablation: ``learned+phrases`` (the rules' two phrase lists for chitchat first, then
   the learned router), ``learned chitchat + rule complexity`` (the learned router decides chitchat
   or not, the complexity rules decide simple or complex), ``learned, rules below p`` (the learned
   router unless its probability is below `FALLBACK_P`, then the rules) and ``learned or complex
@@ -45,6 +49,7 @@ from _common import ROOT, SHARED_DATASETS, log, publish
 
 from crag_lab.learned import router_data
 from crag_lab.learned.router import LearnedRouter
+from crag_lab.learned.train_router import router_names
 from crag_lab.offline import router
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.vectors import VectorCache
@@ -90,6 +95,14 @@ def routers(cache: VectorCache, learned: LearnedRouter,
     def learned_only(q: str) -> str:
         return learned.route(q, cache).complexity
 
+    def tokens_only(q: str) -> str:
+        votes = learned.route(q, cache).votes.get("tokens")
+        if votes is None:
+            return learned_only(q)
+        threshold = learned.tuned.get("chitchat_min", {}).get("value", 0.5)
+        alone = LearnedRouter(learned.classes, learned.layers, chitchat_min=threshold)
+        return learned.classes[int(alone.decide(np.array([[votes[c] for c in learned.classes]]))[0])]
+
     def phrases_first(q: str) -> str:
         text = q.strip()
         if len(content_terms(text)) <= 6 and (router._CHITCHAT.match(text) or router._ABOUT_ASSISTANT.match(text)):
@@ -112,7 +125,8 @@ def routers(cache: VectorCache, learned: LearnedRouter,
         return best
 
     earlier = {} if baseline is None else {baseline[0]: lambda q: baseline[1].route(q, cache).complexity}
-    return {"rules": rules, **earlier, "learned": learned_only, "learned+phrases": phrases_first,
+    return {"rules": rules, **earlier, "token reader alone": tokens_only, "learned": learned_only,
+            "learned+phrases": phrases_first,
             "learned chitchat + rule complexity": chit_then_rules, f"learned, rules below p={FALLBACK_P}": fallback,
             "learned or complex rule": either_complex}
 
@@ -146,8 +160,10 @@ def validation_messages(trained: Mapping[str, Any]) -> list[tuple[str, str]] | N
     """The training script's own validation messages (held-out articles and conversations)."""
     if not TRAIN_DIR.is_dir():
         return None
+    names = router_names() if trained.get("technical_names", {}).get("names") else []
     _, val = router_data.build(TRAIN_DIR, per_class=int(trained.get("per_class", 10_000)),
-                               val_per_class=int(trained.get("val_per_class", 1_000)), seed=int(trained.get("seed", 13)))
+                               val_per_class=int(trained.get("val_per_class", 1_000)), seed=int(trained.get("seed", 13)),
+                               names=names)
     return [(m.text, m.label) for m in val]
 
 

@@ -102,6 +102,11 @@ def _str_list(value: Any, allowed: Collection[str] | None = None) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def _probabilities(raw: Any) -> dict[str, float]:
+    """The numeric entries of a ``{class: probability}`` mapping; anything else gives ``{}``."""
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))} if isinstance(raw, dict) else {}
+
+
 def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
     """The routing plan from ``analyze_and_route``'s output; unknown parts come back empty.
 
@@ -126,8 +131,10 @@ def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
     )
     router = obj.get("router")
     if isinstance(router, dict) and isinstance(router.get("name"), str):  # a learned router says how sure it was
-        plan["router"] = {"name": router["name"], "probabilities": {
-            str(k): float(v) for k, v in (router.get("probabilities") or {}).items() if isinstance(v, (int, float))}}
+        plan["router"] = {"name": router["name"], "probabilities": _probabilities(router.get("probabilities"))}
+        votes = router.get("votes")
+        if isinstance(votes, dict) and votes:  # each reader's own probabilities (the learned router has two)
+            plan["router"]["votes"] = {str(k): _probabilities(v) for k, v in votes.items() if isinstance(v, dict)}
     return plan
 
 

@@ -93,7 +93,11 @@ def test_the_setting_switches_the_offline_model_s_router(vectors: VectorCache,
 
     leads = {"lead": "spans", "spans": fingerprint(), "span_units": str(READ_UNITS)}  # the span reader, the default
     assert rules.cache_identity() == {"name": "offline", "grader": grader, **leads}
-    assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
+    from crag_lab.learned.router import fingerprint as router_fingerprint
+
+    assert learned.cache_identity() == {"name": "offline", "grader": grader, "router": "learned",
+                                        "router_model": router_fingerprint(), **leads}
+    assert set(plan_learned["router"]["votes"]) == {"vector", "tokens"}  # each reader's own probabilities
     monkeypatch.setenv("CRAG_OFFLINE_ROUTER", "rules")
     assert OfflineModel().router == "rules"
     monkeypatch.delenv("CRAG_OFFLINE_ROUTER")
@@ -176,7 +180,68 @@ def test_the_augmented_shapes_keep_the_question() -> None:
     assert short.endswith("?") and len(short.split()) <= 5 and "Who" not in short
     rows = {"Montana": [{"question": question, "answers": ["Granville Stuart"]}]}
     (bridge,) = long_bridges(rows, 1, rng)
-    assert "the person who founded the Montana Historical Society" in bridge.text and bridge.label == "complex"
+    assert "the person who founded the montana historical society" in bridge.text.lower() and bridge.label == "complex"
+
+
+def test_a_dislocated_bridge_puts_the_description_first_and_a_pronoun_in_its_place() -> None:
+    from crag_lab.learned.router_data import dislocated
+
+    assert (dislocated("the person who founded X", "Where was {rel} born?")
+            == "The person who founded X: where was that person born?")
+    assert dislocated("the service that reads Y", "Who owns {rel}?") == "The service that reads Y: who owns it?"
+
+
+@pytest.mark.parametrize(("text", "swapped"), [
+    ("Is Paris older than New York City?", "Is {0} older than {1}?"),
+    ("I'm writing a report: In what year did the Ottomans take Vienna?",
+     "I'm writing a report: In what year did the {0} take {1}?"),
+    ("what year was it?", "what year was it?"),  # no name: unchanged
+])
+def test_technical_swaps_names_but_not_sentence_openers(text: str, swapped: str) -> None:
+    import random
+
+    from crag_lab.learned.router_data import technical
+
+    names = ["max_retries", "http.Client"]
+    out = technical(text, names, random.Random(0))
+    assert out in (swapped.format(*names), swapped.format(*reversed(names)))
+
+
+def test_technical_names_are_code_spans_built_like_identifiers() -> None:
+    from crag_lab.learned.readmes import technical_names
+
+    docs = [("b-pkg", "Use `max_retries`, `README`, `timeout` and `http.Client`."), ("a-pkg", "Set `max_retries`.")]
+    assert technical_names(docs) == [("a-pkg", "a-pkg"), ("a-pkg", "max_retries"), ("b-pkg", "b-pkg"),
+                                     ("b-pkg", "http.Client")]
+
+
+def _named_train_dir(tmp_path: Path) -> Path:
+    squad = [{"id": f"T{t}/p0/q{i}", "title": f"Topic_{t}", "context": "", "answers": [f"Person Number{t}{i}"],
+              "question": q.format(t=t, i=i), "is_impossible": False}
+             for t in range(60) for i, q in enumerate(("Who founded the Grand Hotel {t}?", "When did Person Number{t}0 visit "
+                                                       "the Old Bridge {t}?", "What is the size of Lake Ames {t}{i}?"))]
+    chat = [{"id": f"c{c}/{j}", "text": text} for c in range(60) for j, text in enumerate(("hi there", "how are you", "bye"))]
+    for name, rows in (("squad11_train.jsonl.gz", squad), ("chitchat.jsonl.gz", chat)):
+        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_the_router_data_borrows_names_from_held_out_documents_only_for_validation(tmp_path: Path) -> None:
+    from crag_lab.learned.router_data import build, held_out
+
+    docs = [f"pkg{i}" for i in range(40)]
+    names = [(doc, f"{doc}.name_{j}") for doc in docs for j in range(5)]
+    held = {doc for doc in docs if held_out(f"doc/{doc}", 0.2)}
+    assert held and len(held) < len(docs)
+    train, val = build(_named_train_dir(tmp_path), per_class=200, val_per_class=60, seed=1, names=names)
+    for messages, allowed in ((train, set(docs) - held), (val, held)):
+        swapped = [m for m in messages if m.source.endswith("+technical")]
+        assert swapped and all(m.label in ("simple", "complex") for m in swapped)
+        used = {w.split(".")[0] for m in swapped for w in m.text.replace("?", " ").split() if ".name_" in w}
+        assert used and used <= allowed
+    plain, _ = build(tmp_path, per_class=200, val_per_class=60, seed=1)
+    assert not any("technical" in m.source for m in plain)
 
 
 def test_a_knowledge_base_embedded_with_another_model_still_routes_on_minilm_vectors(vectors: VectorCache) -> None:
@@ -203,3 +268,41 @@ def test_read_jsonl_reads_plain_and_gzipped_files_alike(tmp_path: Path) -> None:
     with gzip.open(tmp_path / "rows.jsonl.gz", "wt", encoding="utf-8") as f:
         f.write(text)
     assert read_jsonl(tmp_path / "rows.jsonl") == read_jsonl(tmp_path / "rows.jsonl.gz") == [{"q": "a"}, {"q": "b"}]
+
+
+def test_the_token_reader_votes_beside_the_head_and_reads_each_message_alone(vectors: VectorCache) -> None:
+    router = LearnedRouter.load()
+    route = router.route("Who leads the team that owns the billing service?", vectors)
+    assert set(route.votes) == {"vector", "tokens"}
+    for c in router.classes:  # what the trace shows is the two readers' mean
+        assert route.probabilities[c] == pytest.approx((route.votes["vector"][c] + route.votes["tokens"][c]) / 2, abs=1e-6)
+    reader = router.token_reader
+    pair = reader.predict(["hello there", "Which port does the gateway use?"])
+    reader._memo.clear()
+    alone = [reader.predict([text]) for text in ("hello there", "Which port does the gateway use?")]
+    assert np.array_equal(pair, np.vstack(alone))
+
+
+def test_a_router_without_its_token_reader_is_one_clear_error(tmp_path: Path, vectors: VectorCache) -> None:
+    from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE
+
+    (tmp_path / ROUTER_FILE).write_bytes((ROUTER_DIR / ROUTER_FILE).read_bytes())
+    with pytest.raises(FileNotFoundError, match=r"token reader is missing; reinstall crag_lab, or train it"):
+        LearnedRouter.load(tmp_path).route("hello", vectors)
+
+
+def test_fit_router_trains_a_token_reader_that_loads(tmp_path: Path) -> None:
+    from crag_lab.embeddings import model_dir
+    from crag_lab.learned.fit_router import fit
+    from crag_lab.learned.router import _token_reader
+    from crag_lab.learned.router_data import CLASSES
+
+    train = [(text, k) for k, texts in enumerate((("hi!", "thanks, bye"), ("Who founded X?", "When was Y built?"),
+                                                  ("Who founded X, and when was Y built?", "Is X older than Y?")))
+             for text in texts] * 2
+    done = fit(train, CLASSES, base=model_dir(), out=tmp_path / "out", work=tmp_path / "work", batch=4,
+               epochs=1.0, warmup=1, checkpoint_every=2)
+    assert done["steps"] == 3 and (tmp_path / "work" / "state.pt").is_file()  # a checkpoint to resume from
+    probs = _token_reader(str(tmp_path / "out"), 64, 3).predict(["hello", "Who founded X?"])
+    assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+

@@ -16,10 +16,11 @@ Route(complexity='chitchat', probability=0.98, probabilities={'chitchat': 0.98, 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 ROUTER_DIR = Path(__file__).resolve().parent.parent / "_data" / "router"
 """Where the trained head and its data card ship."""
 ROUTER_FILE = "router.json"
+TUNED_FOLDER = "tuned"
+"""The token reader's adapter and head, beside ``router.json`` (`TokenReader`)."""
 FEATURES = "minilm+shape-v1"
 """What the head reads: the unit MiniLM vector, then `shape_features`. Stored in ``router.json``."""
 N_SHAPE_FEATURES = 7
@@ -66,6 +69,9 @@ class Route:
     complexity: str
     probability: float
     probabilities: dict[str, float]
+    votes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each reader's own probabilities (``"vector"``: the head over the sentence vector; ``"tokens"``:
+    the LoRA-tuned MiniLM), when there is more than one; ``probabilities`` is then their mean."""
 
 
 def forward(layers: Sequence[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
@@ -99,6 +105,7 @@ class LearnedRouter:
         self.chitchat_min = float(chitchat_min)
         self.layers = [(np.asarray(w, dtype=np.float32), np.asarray(b, dtype=np.float32)) for w, b in layers]
         self.trained = dict(trained or {})
+        self.folder: Path | None = None
 
     @staticmethod
     def load(folder: str | Path | None = None) -> LearnedRouter:
@@ -127,6 +134,37 @@ class LearnedRouter:
             best = np.where((best == chat) & (probs[:, chat] < self.chitchat_min), np.argmax(others, axis=1), best)
         return best
 
+    @property
+    def tuned(self) -> Mapping[str, Any]:
+        """The token reader's card (``router.json``'s ``tuned``; empty when the router has none)."""
+        return dict(self.trained.get("tuned") or {})
+
+    def combine(self, vector_probs: np.ndarray, token_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The route of each message from both readers, and their mean probabilities.
+
+        Chitchat needs the mean's chitchat probability to be the largest and at least the token
+        reader's ``chitchat_min`` (set, like the head's, on held-out training messages). Otherwise the
+        message is a question, and it is ``complex`` when *either* reader finds ``complex`` likelier
+        than ``simple``: a multi-fact question sent down the one-fact path loses the grading it needs,
+        a one-fact question sent down the full pipeline costs a grading call. The two readers err on
+        different questions (one reads what a message is about, the other how it is built).
+
+        >>> router = LearnedRouter(("chitchat", "simple", "complex"), [], {"tuned": {"chitchat_min": 0.8}})
+        >>> vector = np.array([[0.9, 0.05, 0.05], [0.0, 0.7, 0.3], [0.1, 0.6, 0.3]])
+        >>> tokens = np.array([[0.9, 0.1, 0.0], [0.0, 0.9, 0.1], [0.1, 0.45, 0.45001]])
+        >>> [router.classes[i] for i in router.combine(vector, tokens)[0]]
+        ['chitchat', 'simple', 'complex']
+        """
+        mean = np.round((np.asarray(vector_probs) + np.asarray(token_probs)) / 2, 6)
+        threshold = self.tuned.get("chitchat_min", 0.5)
+        threshold = threshold["value"] if isinstance(threshold, Mapping) else threshold
+        best = LearnedRouter(self.classes, self.layers, chitchat_min=float(threshold)).decide(mean)
+        simple, complex_ = self.classes.index("simple"), self.classes.index("complex")
+        either = (np.asarray(vector_probs)[:, complex_] > np.asarray(vector_probs)[:, simple]) | \
+                 (np.asarray(token_probs)[:, complex_] > np.asarray(token_probs)[:, simple])
+        chat = self.classes.index("chitchat") if "chitchat" in self.classes else -1
+        return np.where((best != chat) & either, complex_, best), mean
+
     def route(self, query: str, vectors: VectorCache) -> Route:
         """The route of one message, from the vector the offline model uses for it anyway (when that
         cache embeds with another model than the bundled MiniLM, from MiniLM's own vector)."""
@@ -138,10 +176,66 @@ class LearnedRouter:
         if vector.size != wanted:
             raise ValueError(f"the learned router reads {wanted}-dimensional all-MiniLM-L6-v2 vectors; the embedding "
                              f"model gives {vector.size}: use CRAG_OFFLINE_ROUTER=rules, or the bundled MiniLM")
-        probs = self.predict([query], vector)[0]
-        best = int(self.decide(probs)[0])
-        return Route(self.classes[best], float(probs[best]),
-                     {c: float(p) for c, p in zip(self.classes, probs, strict=True)})
+        probs = self.predict([query], vector)
+        named = lambda row: {c: float(p) for c, p in zip(self.classes, row, strict=True)}  # noqa: E731
+        if not self.tuned:
+            best = int(self.decide(probs)[0])
+            return Route(self.classes[best], float(probs[0][best]), named(probs[0]))
+        tokens = self.token_reader.predict([query])
+        chosen, mean = self.combine(probs, tokens)
+        best = int(chosen[0])
+        return Route(self.classes[best], float(mean[0][best]), named(mean[0]),
+                     {"vector": named(probs[0]), "tokens": named(tokens[0])})
+
+    @property
+    def token_reader(self) -> TokenReader:
+        """The LoRA-tuned MiniLM beside ``router.json`` (loaded on first use, once per process)."""
+        if self.folder is None:
+            raise FileNotFoundError("this router was not loaded from a folder, so it has no token reader")
+        return _token_reader(str(self.folder / str(self.tuned.get("folder", TUNED_FOLDER))),
+                             int(self.tuned.get("max_length", 64)), len(self.classes))
+
+
+class TokenReader:
+    """The bundled MiniLM with a LoRA adapter and a head over the router's classes, merged, on CPU:
+    it reads a message's own tokens, where the head reads a frozen mean of them (the sentence vector).
+    Trained by ``crag_lab/learned/fit_router.py`` (the data card says how)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_length: int) -> None:
+        self._model, self._tokenizer, self.max_length = model, tokenizer, max_length
+        self._memo: dict[str, np.ndarray] = {}
+
+    def predict(self, texts: Sequence[str]) -> np.ndarray:
+        """Probabilities, one row per message, rounded to 6 places; each message read alone (no padding)."""
+        import torch
+
+        rows = []
+        for text in texts:
+            if text not in self._memo:
+                if len(self._memo) > 4096:
+                    self._memo.clear()
+                enc = self._tokenizer([text], truncation=True, max_length=self.max_length, return_tensors="pt")
+                with torch.inference_mode():
+                    self._memo[text] = np.round(torch.softmax(self._model(**enc).logits.float(), dim=-1)[0].numpy(), 6)
+            rows.append(self._memo[text])
+        return np.vstack(rows) if rows else np.zeros((0, 3), np.float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _token_reader(folder: str, max_length: int, classes: int) -> TokenReader:
+    import torch
+    from peft import PeftModel
+
+    from crag_lab.learned.scorer import base_model
+
+    if not (Path(folder) / "adapter_model.safetensors").is_file():
+        raise FileNotFoundError(f"{folder}: the router's token reader is missing; reinstall crag_lab, or train it "
+                                "with crag_lab/learned/fit_router.py (crag_lab/_data/router/DATA_CARD.md)")
+    torch.manual_seed(0)
+    model, tokenizer = base_model(num_labels=classes)
+    model = PeftModel.from_pretrained(model, folder).merge_and_unload()
+    model.eval()
+    return TokenReader(model, tokenizer, max_length)
 
 
 @functools.lru_cache(maxsize=1)
@@ -162,5 +256,18 @@ def _load(folder: str) -> LearnedRouter:
     if raw.get("features") != FEATURES:
         raise ValueError(f"{path}: made for features {raw.get('features')!r}, this crag_lab reads {FEATURES!r}; "
                          "train it again with python -m crag_lab.learned.train_router --train-dir DIR")
-    return LearnedRouter(raw["classes"], [(layer["W"], layer["b"]) for layer in raw["layers"]], raw.get("trained"),
-                         float(raw.get("chitchat_min", 0.0)))
+    router = LearnedRouter(raw["classes"], [(layer["W"], layer["b"]) for layer in raw["layers"]], raw.get("trained"),
+                           float(raw.get("chitchat_min", 0.0)))
+    router.folder = Path(folder)
+    return router
+
+
+def fingerprint(folder: str | Path | None = None) -> str:
+    """A short hash of a router's head and token reader (default: the one that ships), read without
+    loading a model: replies routed by another router are told apart by it (`OfflineModel.cache_identity`)."""
+    digest = hashlib.sha256()
+    root = Path(folder or ROUTER_DIR)
+    for path in (root / ROUTER_FILE, root / TUNED_FOLDER / "adapter_model.safetensors"):
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]

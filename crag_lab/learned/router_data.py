@@ -109,6 +109,16 @@ _THING_HOPS = ("When was {rel} founded?", "Where is {rel} located?", "Who built 
                "How old is {rel}?")
 
 
+DISLOCATE = 0.2
+"""Share of the token reader's one-sentence bridges with the description first (`dislocated`)."""
+TECHNICAL_SHARE = 0.25
+"""Share of the simple and complex messages whose names are swapped for names from software documentation."""
+_NAME_SPAN = re.compile(r"\b[A-Z][\w'-]*(?: (?:(?:of|the|de|and) )?[A-Z][\w'-]*)*")
+_NOT_NAMES = frozenset(("i", "i'm", "i've", "i'd", "i'll", "hey", "hi", "sorry", "my", "we", "our", "before", "for",
+                        "honest", "real", "so", "asking", "quick", "can", "compare", "list", "tell", "show", "give",
+                        "find", "look", "get", "explain", "are", "were", "does", "did", "is", "was", *_WH))
+
+
 @dataclass(frozen=True)
 class Message:
     """One training message: its text, class, how it was made (``source``) and its group (held out together)."""
@@ -207,6 +217,43 @@ def relative(question: str) -> str | None:
     return None
 
 
+def technical(text: str, names: Sequence[str], rng: random.Random, *, most: int = 2) -> str:
+    """``text`` with up to ``most`` of its names (runs of capitalised words, not a sentence's first word) each
+    swapped for a different name from ``names``: "When was Apple founded?" -> "When was http.Client founded?".
+    Both question classes get it alike, so a name from code says a question is about software, not
+    which kind of question it is.
+
+    >>> technical("Is Paris older than New York City?", ["max_retries", "card-sync"], random.Random(1))
+    'Is card-sync older than max_retries?'
+    """
+    spans: list[tuple[int, int]] = []
+    for m in _NAME_SPAN.finditer(text):
+        start, words = m.start(), m.group(0).split(" ")
+        while words and (not text[:start].strip() or text[:start].rstrip()[-1] in ".?!:-;"
+                         or words[0].lower() in _NOT_NAMES or words[0].lower() in ("of", "the", "de", "and")):
+            start += len(words.pop(0)) + 1
+        if words:
+            spans.append((start, m.end()))
+    spans = spans[:most]
+    if not spans or len(names) < len(spans):
+        return text
+    for (start, end), name in zip(reversed(spans), rng.sample(list(names), len(spans)), strict=True):
+        text = text[:start] + name + text[end:]
+    return text
+
+
+def dislocated(relative_clause: str, hop: str) -> str:
+    """A one-sentence bridge with its description put first and a pronoun in its place:
+    "The person who founded X: where was that person born?" (`long_bridges`, now and then).
+
+    >>> dislocated("the city that hosts X", "In which country is {rel} located?")
+    'The city that hosts X: in which country is it located?'
+    """
+    pronoun = "that person" if relative_clause.startswith("the person") else "it"
+    second = hop.format(rel=pronoun)
+    return f"{relative_clause[0].upper()}{relative_clause[1:]}: {second[0].lower()}{second[1:]}"
+
+
 def _noise(text: str, rng: random.Random) -> str:
     """Surface noise every class gets alike: lower case, no question mark, a swapped pair of letters."""
     r = rng.random()
@@ -270,7 +317,8 @@ def simple_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Rando
     return out
 
 
-def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random) -> list[Message]:
+def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Random, *,
+                     dislocate: float = 0.0) -> list[Message]:
     """``n`` multi-fact messages: 30 % two joined questions, 25 % comparisons, 15 % bridges, 15 % one-sentence
     bridges, 15 % change over time; then 15 % of them framed in a personal register (as `simple_messages`)."""
     by_title: dict[str, list[Mapping[str, Any]]] = {}
@@ -311,7 +359,7 @@ def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Rand
         y2 = str(min(int(y) + rng.randint(5, 60), 2023))
         text = rng.choice(_CHANGE_TEMPLATES).format(a=a, y=y, y2=y2, attr=rng.choice(_ATTRIBUTES))
         out.append(Message(text, "complex", "change", f"title/{t1}"))
-    out += long_bridges(by_title, want["long_bridge"], rng)
+    out += long_bridges(by_title, want["long_bridge"], rng, dislocate=dislocate)
     for i, m in enumerate(out):
         if rng.random() < 0.15:
             topic = _title(m.group.split("/", 1)[1])
@@ -319,7 +367,8 @@ def complex_messages(rows: Sequence[Mapping[str, Any]], n: int, rng: random.Rand
     return out
 
 
-def long_bridges(by_title: Mapping[str, Sequence[Mapping[str, Any]]], n: int, rng: random.Random) -> list[Message]:
+def long_bridges(by_title: Mapping[str, Sequence[Mapping[str, Any]]], n: int, rng: random.Random, *,
+                 dislocate: float = 0.0) -> list[Message]:
     """``n`` one-sentence bridges: a question turned into a description of its answer (`relative`) inside a
     general second-hop template, "What nationality was the person who founded X?"."""
     described = [(title, rel) for title in sorted(by_title) for r in by_title[title]
@@ -327,7 +376,8 @@ def long_bridges(by_title: Mapping[str, Sequence[Mapping[str, Any]]], n: int, rn
     out: list[Message] = []
     for title, rel in rng.sample(described, min(n, len(described))):
         hops = _PERSON_HOPS if rel.startswith("the person") else _THING_HOPS
-        text = rng.choice(hops).format(rel=rel, attr=rng.choice(_ATTRIBUTES))
+        hop = rng.choice(hops).replace("{attr}", rng.choice(_ATTRIBUTES))
+        text = dislocated(rel, hop) if dislocate and rng.random() < dislocate else hop.format(rel=rel)
         out.append(Message(text, "complex", "long_bridge", f"title/{title}"))
     return out
 
@@ -356,8 +406,14 @@ def held_out(group: str, share: float = 0.1) -> bool:
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
-def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int) -> tuple[list[Message], list[Message]]:
-    """Training and validation messages, ``per_class`` (``val_per_class``) of each class, shuffled, noised."""
+def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
+          names: Sequence[tuple[str, str]] = ()) -> tuple[list[Message], list[Message]]:
+    """Training and validation messages, ``per_class`` (``val_per_class``) of each class, shuffled, noised.
+
+    ``names``: (document, name) pairs (`crag_lab.learned.readmes.technical_names`); when given (the token
+    reader's messages), a `TECHNICAL_SHARE` of the questions get names from them (`technical`), validation
+    ones only from held-out documents, and a `DISLOCATE` share of the one-sentence bridges put their
+    description first (`dislocated`)."""
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     chat = read_jsonl(train_dir / "chitchat.jsonl.gz")
@@ -365,7 +421,17 @@ def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int) -> 
     for val, n in ((False, per_class), (True, val_per_class)):
         s_rows = [r for r in squad if held_out(f"title/{r['title']}") == val]
         c_rows = [r for r in chat if held_out(f"conv/{str(r['id']).rsplit('/', 1)[0]}") == val]
-        msgs = chitchat_messages(c_rows, n, rng) + simple_messages(s_rows, n, rng) + complex_messages(s_rows, n, rng)
+        if not names:  # the head's messages, drawn in this order since it shipped
+            msgs = chitchat_messages(c_rows, n, rng) + simple_messages(s_rows, n, rng) + complex_messages(s_rows, n, rng)
+        else:  # the token reader's: names from code, a fifth of the one-sentence bridges with the description first
+            pool = [name for doc, name in names if held_out(f"doc/{doc}", 0.2) == val]
+            questions = simple_messages(s_rows, n, rng) + complex_messages(s_rows, n, rng, dislocate=DISLOCATE)
+            for i, m in enumerate(questions):
+                if rng.random() < TECHNICAL_SHARE:
+                    swapped = technical(m.text, pool, rng)
+                    if swapped != m.text:
+                        questions[i] = Message(swapped, m.label, m.source + "+technical", m.group)
+            msgs = chitchat_messages(c_rows, n, rng) + questions
         msgs = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in msgs]
         seen: set[str] = set()
         unique = [m for m in msgs if not (m.text in seen or seen.add(m.text))]  # type: ignore[func-returns-value]

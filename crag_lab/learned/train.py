@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import random
 import shutil
@@ -54,40 +53,9 @@ from crag_lab.learned.data import (
     same_article_pairs,
     squad_pairs,
 )
+from crag_lab.learned.readmes import documentation
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
-
-PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation", "Unlicense", "0BSD", "Zlib")
-EXCLUDED_DISTRIBUTIONS = frozenset({"crag-lab"})  # its README describes the bundled knowledge base
-
-
-def _licence(meta: Any) -> str:
-    text = meta.get("License-Expression") or ""
-    if not text:
-        classifiers = [c.rsplit("::", 1)[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
-        first_line = (meta.get("License") or "").splitlines()[:1]
-        text = " / ".join(classifiers) or (first_line[0] if first_line else "")
-    return str(text)
-
-
-def documentation(sites: Sequence[str] = ()) -> list[tuple[str, str, str, str]]:
-    """(name, version, licence, markdown) of every distribution installed beside crag_lab (and in
-    the ``sites`` folders) with a permissive licence and a markdown description of 500 characters
-    or more, sorted by name (one entry per name: the running environment's wins)."""
-    seen: dict[str, tuple[str, str, str, str]] = {}
-    dists = list(importlib.metadata.distributions())
-    if sites:
-        dists += list(importlib.metadata.distributions(path=[str(s) for s in sites]))
-    for dist in dists:
-        meta: Any = dist.metadata  # an email.message.Message underneath: get, get_all, get_payload
-        name = str(meta["Name"]).lower()
-        body = meta.get_payload() or meta.get("Description") or ""
-        licence = _licence(meta)
-        if (name in EXCLUDED_DISTRIBUTIONS or "markdown" not in (meta.get("Description-Content-Type") or "")
-                or len(body) < 500 or not any(p.lower() in licence.lower() for p in PERMISSIVE)):
-            continue
-        seen.setdefault(name, (name, str(meta["Version"]), licence, str(body)))
-    return [seen[k] for k in sorted(seen)]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
-from crag_lab.learned.router_data import CLASSES, Message, build, counts
+from crag_lab.learned.router_data import CLASSES, TECHNICAL_SHARE, Message, build, counts
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -90,17 +92,9 @@ def train_head(x: np.ndarray, y: np.ndarray, *, classes: int, hidden: int, epoch
 
 
 def evaluate(router: LearnedRouter, x: np.ndarray, messages: Sequence[Message]) -> dict[str, Any]:
-    """Accuracy overall, recall per class and accuracy per source of ``messages``."""
+    """Accuracy overall, recall per class and accuracy per source of ``messages`` (the head alone)."""
     texts = [m.text for m in messages]
-    pred = [router.classes[i] for i in router.decide(router.predict(texts, x))] if len(x) else []
-    ok = [p == m.label for p, m in zip(pred, messages, strict=True)]
-    report: dict[str, Any] = {"messages": len(messages), "accuracy": round(float(np.mean(ok)), 4) if ok else None}
-    for key, of in (("recall", lambda m: m.label), ("by_source", lambda m: f"{m.label}/{m.source}")):
-        groups: dict[str, list[bool]] = {}
-        for good, m in zip(ok, messages, strict=True):
-            groups.setdefault(of(m), []).append(good)
-        report[key] = {k: round(float(np.mean(v)), 4) for k, v in sorted(groups.items())}
-    return report
+    return scored([router.classes[i] for i in router.decide(router.predict(texts, x))] if len(x) else [], messages)
 
 
 CHITCHAT_GRID = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999)
@@ -144,9 +138,88 @@ def threshold_curve(probs: np.ndarray, labels: Sequence[str], classes: Sequence[
     return out
 
 
+def dump_messages(path: str | Path, train_msgs: Sequence[Message], val_msgs: Sequence[Message]) -> None:
+    """The messages as ``fit_router.py`` reads them: the classes, then (text, class index) rows; gzip
+    without a time stamp or file name, so the same messages give the same bytes."""
+    import gzip
+
+    data = {"classes": list(CLASSES), "train": [[m.text, CLASSES.index(m.label)] for m in train_msgs],
+            "val": [[m.text, CLASSES.index(m.label)] for m in val_msgs]}
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(json.dumps(data, separators=(",", ":")).encode("utf-8"))
+
+
+def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tuple[str, str]], out: Path,
+               work: Path, embed: Embed) -> dict[str, Any]:
+    """Copy the token reader in ``args.tuned`` (written by ``fit_router.py``) beside the head and measure both
+    together on the token reader's own validation messages (held-out articles, conversations and
+    documents): the chitchat threshold of the pair (`chitchat_threshold` on their mean) and the accuracy."""
+    from crag_lab.learned.router import TUNED_FOLDER, _token_reader
+
+    source = Path(args.tuned)
+    folder = out / TUNED_FOLDER
+    if source.resolve() != folder.resolve():
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copyfile(source / name, folder / name)
+    fitted = json.loads((source / "fit.json").read_text(encoding="utf-8")) if (source / "fit.json").is_file() else {}
+    if (source / "fit.json").is_file() and source.resolve() != folder.resolve():
+        shutil.copyfile(source / "fit.json", folder / "fit.json")
+    _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
+                   names=names)
+    texts = [m.text for m in val]
+    vector_probs = head.predict(texts, embedded(texts, work, embed))
+    reader = _token_reader(str(folder), int(fitted.get("max_length", 64)), len(CLASSES))
+    token_probs = reader.predict(texts)
+    mean = (vector_probs + token_probs) / 2
+    labels = [m.label for m in val]
+    card: dict[str, Any] = {
+        "folder": TUNED_FOLDER, "max_length": int(fitted.get("max_length", 64)), "fit": fitted,
+        "messages": {"technical_share": TECHNICAL_SHARE if names else 0.0, "documents": len({d for d, _ in names}),
+                     "names": len(names),
+                     "names_sha256": hashlib.sha256("\n".join(f"{d}\t{n}" for d, n in names).encode()).hexdigest()},
+        "chitchat_min": {"value": chitchat_threshold(mean, labels, CLASSES),
+                         "rule": f"lowest of {list(CHITCHAT_GRID)} routing at most {MAX_FALSE_CHITCHAT:.1%} of the "
+                                 "validation questions to chitchat, on the two readers' mean",
+                         "validation_curve": threshold_curve(mean, labels, CLASSES)},
+        "decision": "chitchat by the mean; otherwise complex when either reader finds complex likelier than simple",
+    }
+    pair = LearnedRouter(CLASSES, head.layers, {**head.trained, "tuned": card}, head.chitchat_min)
+    chosen = pair.combine(vector_probs, token_probs)[0]
+    alone = {"vector": head.decide(vector_probs), "tokens": LearnedRouter(CLASSES, head.layers, chitchat_min=card[
+        "chitchat_min"]["value"]).decide(token_probs), "both": chosen}
+    card["validation"] = {name: scored([CLASSES[i] for i in picks], val) for name, picks in alone.items()}
+    return card
+
+
+def scored(predicted: Sequence[str], messages: Sequence[Message]) -> dict[str, Any]:
+    """Accuracy overall, recall per class and accuracy per source of routes ``predicted`` for ``messages``."""
+    ok = [p == m.label for p, m in zip(predicted, messages, strict=True)]
+    report: dict[str, Any] = {"messages": len(messages), "accuracy": round(float(np.mean(ok)), 4) if ok else None}
+    for key, of in (("recall", lambda m: m.label), ("by_source", lambda m: f"{m.label}/{m.source}")):
+        groups: dict[str, list[bool]] = {}
+        for good, m in zip(ok, messages, strict=True):
+            groups.setdefault(of(m), []).append(good)
+        report[key] = {k: round(float(np.mean(v)), 4) for k, v in sorted(groups.items())}
+    return report
+
+
+def router_names() -> list[tuple[str, str]]:
+    """The names from software documentation the router's questions borrow (`router_data.technical`): those of
+    the READMEs of the distributions installed beside crag_lab (`crag_lab.learned.readmes`)."""
+    return technical_names((name, body) for name, _, _, body in documentation())
+
+
 def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRouter:
     started = time.process_time()
     wall = time.time()
+    names = router_names() if args.technical else []
+    if args.dump:  # the token reader's messages: names from software documentation swapped in
+        tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
+                                       val_per_class=args.val_per_class, seed=args.seed, names=names)
+        dump_messages(args.dump, tuned_train, tuned_val)
+        print(f"wrote {args.dump}: train {len(tuned_train)} {counts(tuned_train)}; validation {len(tuned_val)}", flush=True)
+        raise SystemExit(0)
     train_msgs, val_msgs = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class,
                                  seed=args.seed)
     print(f"messages: train {len(train_msgs)} {counts(train_msgs)}; validation {len(val_msgs)}", flush=True)
@@ -171,9 +244,11 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         "validation": {"counts": counts(val_msgs), "fit": evaluate(router, x_val, val_msgs)},
         "cpu_seconds": round(time.process_time() - started), "wall_seconds": round(time.time() - wall),
     }
-    router = LearnedRouter(CLASSES, layers, trained, chitchat_min)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.tuned:
+        trained["tuned"] = tuned_card(args, LearnedRouter(CLASSES, layers, trained, chitchat_min), names, out, work, embed)
+    router = LearnedRouter(CLASSES, layers, trained, chitchat_min)
     # Timings vary run to run: they go to the log, not into the file, so a rebuild is byte-identical.
     saved = router.to_json()
     saved["trained"] = {k: v for k, v in trained.items() if k not in ("cpu_seconds", "wall_seconds")}
@@ -196,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--l2", type=float, default=1e-4)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--dump", help="write the token reader's messages to this file for fit_router.py and stop")
+    parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
+    parser.add_argument("--no-technical", dest="technical", action="store_false",
+                        help="leave out the names from software documentation (router_data.technical)")
     train(parser.parse_args(argv))
 
 

@@ -122,7 +122,10 @@ class OfflineModel:
 
         identity = {"name": self.name, "grader": calibration_fingerprint()}
         if self.router != "rules":
+            from crag_lab.learned.router import fingerprint as router_fingerprint
+
             identity["router"] = self.router
+            identity["router_model"] = router_fingerprint()  # its head and token reader
         if self.reader != "rules":
             from crag_lab.learned.scorer import fingerprint
 

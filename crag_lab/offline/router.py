@@ -9,9 +9,10 @@ change over time, a second question joined by "and", a choice between alternativ
 named through another one ("the team that owns X") is complex; anything else is one fact, simple.
 `explain` names the rule that decided, so a student can see why a question took its route.
 
-``router="learned"`` asks a trained classifier instead (`crag_lab.learned.LearnedRouter`: a small
-head over the same MiniLM vector, learned from public chit-chat and question sets); it names itself
-``"learned"`` and reports its probabilities. The rules stay the default.
+``router="learned"`` (the offline model's default) asks trained classifiers instead
+(`crag_lab.learned.LearnedRouter`: a small head over the same MiniLM vector and a LoRA-tuned MiniLM
+that reads the message's tokens, learned from public chit-chat and question sets); it names itself
+``"learned"`` and reports its probabilities and each reader's vote.
 """
 
 from __future__ import annotations
@@ -207,13 +208,14 @@ def analyze(
     """The routing plan as the analyze prompt asks for it (a JSON-ready dict).
 
     With ``router="learned"`` the plan also says who decided and how sure it was:
-    ``"router": {"name": "learned", "probabilities": {...}}``.
+    ``"router": {"name": "learned", "probabilities": {...}, "votes": {"vector": {...}, "tokens": {...}}}``.
     """
     why: dict[str, Any] = {}
     if check_router(router) == "learned":
         route = learned_route(query, vectors)
         complexity = route.complexity
-        why = {"router": {"name": "learned", "probabilities": route.probabilities}}
+        why = {"router": {"name": "learned", "probabilities": route.probabilities,
+                          **({"votes": route.votes} if route.votes else {})}}
     else:
         complexity = classify(query, vectors)
     if complexity == "chitchat":
