@@ -79,18 +79,20 @@ def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
 
 
 def test_the_setting_picks_the_reader_and_it_is_part_of_the_models_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag_lab.learned.router import fingerprint as router_fingerprint
     from crag_lab.learned.scorer import fingerprint
     from crag_lab.learned.spans import fingerprint as spans_fingerprint
     from crag_lab.offline.grader import calibration_fingerprint
 
     grader = calibration_fingerprint()
     leads = {"lead": "spans", "spans": spans_fingerprint(), "span_units": str(READ_UNITS)}
+    router = {"router": "learned", "router_model": router_fingerprint()}
     assert OfflineModel().reader == "rules"
-    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned", **leads}
+    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, **router, **leads}
     monkeypatch.setenv("CRAG_OFFLINE_READER", "learned")
     assert OfflineModel().reader == "learned"
     scorer = fingerprint()
-    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, "router": "learned",
+    assert OfflineModel().cache_identity() == {"name": "offline", "grader": grader, **router,
                                                "reader": "learned", "scorer": scorer, **leads}
     assert OfflineModel(router="rules", lead="rules").cache_identity() == {
         "name": "offline", "grader": grader, "reader": "learned", "scorer": scorer}

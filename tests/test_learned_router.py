@@ -278,7 +278,7 @@ def test_the_token_reader_votes_beside_the_head_and_reads_each_message_alone(vec
         assert route.probabilities[c] == pytest.approx((route.votes["vector"][c] + route.votes["tokens"][c]) / 2, abs=1e-6)
     reader = router.token_reader
     pair = reader.predict(["hello there", "Which port does the gateway use?"])
-    reader._memo.clear()
+    reader.forget()
     alone = [reader.predict([text]) for text in ("hello there", "Which port does the gateway use?")]
     assert np.array_equal(pair, np.vstack(alone))
 

@@ -205,6 +205,10 @@ class TokenReader:
         self._model, self._tokenizer, self.max_length = model, tokenizer, max_length
         self._memo: dict[str, np.ndarray] = {}
 
+    def forget(self) -> None:
+        """Forget the messages read so far (the next read of each runs the model again)."""
+        self._memo.clear()
+
     def predict(self, texts: Sequence[str]) -> np.ndarray:
         """Probabilities, one row per message, rounded to 6 places; each message read alone (no padding)."""
         import torch
