@@ -160,8 +160,9 @@ def test_chitchat_needs_its_threshold_else_the_likelier_question_route_wins() ->
 
 
 @pytest.mark.parametrize("message", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="still small talk to this head (p=0.95): a long "
-                                            "personal preamble before a short general question; see the data card"))
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="still small talk to both readers (head 0.95, "
+                                            "tokens 0.75): a long personal preamble before a short general "
+                                            "question; see the data card"))
     if m.startswith("My kid") else m for m in PERSONAL + TERSE])
 def test_personal_and_terse_questions_are_not_small_talk(message: str, vectors: VectorCache) -> None:
     """A question routed to chitchat gets no answer: the first person or a terse form must not send it there."""
