@@ -295,7 +295,7 @@ def test_a_router_without_its_token_reader_is_one_clear_error(tmp_path: Path, ve
 def test_fit_router_trains_a_token_reader_that_loads(tmp_path: Path) -> None:
     from crag_lab.embeddings import model_dir
     from crag_lab.learned.fit_router import fit
-    from crag_lab.learned.router import _token_reader
+    from crag_lab.learned.router import TokenReader
     from crag_lab.learned.router_data import CLASSES
 
     train = [(text, k) for k, texts in enumerate((("hi!", "thanks, bye"), ("Who founded X?", "When was Y built?"),
@@ -304,6 +304,6 @@ def test_fit_router_trains_a_token_reader_that_loads(tmp_path: Path) -> None:
     done = fit(train, CLASSES, base=model_dir(), out=tmp_path / "out", work=tmp_path / "work", batch=4,
                epochs=1.0, warmup=1, checkpoint_every=2)
     assert done["steps"] == 3 and (tmp_path / "work" / "state.pt").is_file()  # a checkpoint to resume from
-    probs = _token_reader(str(tmp_path / "out"), 64, 3).predict(["hello", "Who founded X?"])
+    probs = TokenReader.load(tmp_path / "out").predict(["hello", "Who founded X?"])
     assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
 

@@ -192,8 +192,8 @@ class LearnedRouter:
         """The LoRA-tuned MiniLM beside ``router.json`` (loaded on first use, once per process)."""
         if self.folder is None:
             raise FileNotFoundError("this router was not loaded from a folder, so it has no token reader")
-        return _token_reader(str(self.folder / str(self.tuned.get("folder", TUNED_FOLDER))),
-                             int(self.tuned.get("max_length", 64)), len(self.classes))
+        return TokenReader.load(self.folder / str(self.tuned.get("folder", TUNED_FOLDER)),
+                                int(self.tuned.get("max_length", 64)), len(self.classes))
 
 
 class TokenReader:
@@ -204,6 +204,12 @@ class TokenReader:
     def __init__(self, model: Any, tokenizer: Any, max_length: int) -> None:
         self._model, self._tokenizer, self.max_length = model, tokenizer, max_length
         self._memo: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def load(folder: str | Path, max_length: int = 64, classes: int = 3) -> TokenReader:
+        """The adapter and head in ``folder`` (written by ``fit_router.py``) on the bundled MiniLM, merged,
+        on CPU; loaded once per process and folder."""
+        return _token_reader(str(Path(folder).resolve()), max_length, classes)
 
     def forget(self) -> None:
         """Forget the messages read so far (the next read of each runs the model again)."""

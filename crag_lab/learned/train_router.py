@@ -154,7 +154,7 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
     """Copy the token reader in ``args.tuned`` (written by ``fit_router.py``) beside the head and measure both
     together on the token reader's own validation messages (held-out articles, conversations and
     documents): the chitchat threshold of the pair (`chitchat_threshold` on their mean) and the accuracy."""
-    from crag_lab.learned.router import TUNED_FOLDER, _token_reader
+    from crag_lab.learned.router import TUNED_FOLDER, TokenReader
 
     source = Path(args.tuned)
     folder = out / TUNED_FOLDER
@@ -169,7 +169,7 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
                    names=names)
     texts = [m.text for m in val]
     vector_probs = head.predict(texts, embedded(texts, work, embed))
-    reader = _token_reader(str(folder), int(fitted.get("max_length", 64)), len(CLASSES))
+    reader = TokenReader.load(folder, int(fitted.get("max_length", 64)), len(CLASSES))
     token_probs = reader.predict(texts)
     mean = (vector_probs + token_probs) / 2
     labels = [m.label for m in val]
