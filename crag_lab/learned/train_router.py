@@ -156,15 +156,13 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
     documents): the chitchat threshold of the pair (`chitchat_threshold` on their mean) and the accuracy."""
     from crag_lab.learned.router import TUNED_FOLDER, TokenReader
 
-    source = Path(args.tuned)
-    folder = out / TUNED_FOLDER
+    source, folder = Path(args.tuned), out / TUNED_FOLDER
     if source.resolve() != folder.resolve():
         folder.mkdir(parents=True, exist_ok=True)
-        for name in ("adapter_config.json", "adapter_model.safetensors"):
-            shutil.copyfile(source / name, folder / name)
-    fitted = json.loads((source / "fit.json").read_text(encoding="utf-8")) if (source / "fit.json").is_file() else {}
-    if (source / "fit.json").is_file() and source.resolve() != folder.resolve():
-        shutil.copyfile(source / "fit.json", folder / "fit.json")
+        for name in ("adapter_config.json", "adapter_model.safetensors", "fit.json"):
+            if (source / name).is_file():
+                shutil.copyfile(source / name, folder / name)
+    fitted = json.loads((folder / "fit.json").read_text(encoding="utf-8")) if (folder / "fit.json").is_file() else {}
     _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
                    names=names)
     texts = [m.text for m in val]
