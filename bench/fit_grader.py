@@ -69,6 +69,9 @@ the fitted domains double weight calibrates the kb domain best of 1, 1.5, 2 and 
 0.073) at no cost in AUROC; docs/dev/grader_calibration.md shows the equal-weight fit beside it."""
 SQUAD_QUESTIONS = 360
 DOCS_PER_README = 10
+BOOTSTRAP = 1000
+"""Resamples of each domain's questions behind the shipped grader's intervals (`intervals`)."""
+SHIPS = "offline features + scorer + bridge (ships)"
 
 
 def domains(cache: VectorCache, trained: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,9 +193,34 @@ def report(y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
             "reliability": reliability(y, p)}
 
 
+def intervals(y: np.ndarray, p: np.ndarray, q: np.ndarray, draws: int = BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
+    """How sure one domain's AUROC and ECE are: 95 % intervals over ``draws`` resamples of its questions (all
+    of a question's items together), and the ECE a perfectly calibrated grader would still show on this many
+    items (``ece_floor``: labels drawn from the scores themselves, mapped from even odds to the domain's own
+    mix of gold and non-gold, averaged over the same number of draws) and how often such a grader shows an
+    ECE at least the measured one (``ece_floor_at_least_measured``: a p-value for "it is calibrated")."""
+    rng = np.random.default_rng(seed)
+    keys, index = np.unique(q, return_inverse=True)
+    members = [np.flatnonzero(index == k) for k in range(len(keys))]
+    aurocs, eces = [], []
+    for _ in range(draws):
+        rows = np.concatenate([members[k] for k in rng.integers(0, len(keys), len(keys))])
+        if 0 < y[rows].sum() < len(rows):
+            aurocs.append(auroc(y[rows], p[rows]))
+            eces.append(ece(y[rows], p[rows]))
+    prior = y.mean()
+    raw = p * prior / (p * prior + (1 - p) * (1 - prior))  # an even-odds score on the domain's own mix
+    floor = [ece(drawn, p) for drawn in (rng.random((draws, len(p))) < raw) if 0 < drawn.sum() < len(p)]
+    return {"questions": len(keys), "draws": draws, "auroc_95": [round(float(v), 3) for v in np.percentile(aurocs, [2.5, 97.5])],
+            "ece_95": [round(float(v), 3) for v in np.percentile(eces, [2.5, 97.5])],
+            "ece_floor": round(float(np.mean(floor)), 3),
+            "ece_floor_at_least_measured": round(float(np.mean(np.asarray(floor) >= ece(y, p))), 3)}
+
+
 def measure(x: np.ndarray, y: np.ndarray, q: np.ndarray, d: np.ndarray,
-            domain_weights: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Out-of-fold reports on the fitted domains, held-out reports on the others, and the final model."""
+            domain_weights: dict[str, float] | None = None, sure: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Out-of-fold reports on the fitted domains, held-out reports on the others, and the final model; with
+    ``sure``, each report also says how sure its AUROC and ECE are (`intervals`)."""
     fitted = np.isin(d, FITTED)
     p = np.zeros(len(y))
     p[fitted] = out_of_fold(x[fitted], y[fitted], q[fitted], d[fitted], domain_weights)
@@ -201,6 +229,10 @@ def measure(x: np.ndarray, y: np.ndarray, q: np.ndarray, d: np.ndarray,
     reports = {dom: {"how": "out of fold" if dom in FITTED else "held out", **report(y[d == dom], p[d == dom])}
                for dom in (*FITTED, *HELD_OUT) if np.any(d == dom)}
     reports["pooled fitted"] = {"how": "out of fold", **report(y[fitted], p[fitted])}
+    if sure:
+        for dom, r in reports.items():
+            sel = fitted if dom == "pooled fitted" else d == dom
+            r["intervals"] = intervals(y[sel], p[sel], q[sel])
     return reports, model
 
 
@@ -217,23 +249,28 @@ VARIANTS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="report only; leave the calibration JSON alone")
+    parser.add_argument("--scorer", help="fit with a candidate answer scorer's folder instead of the one that ships "
+                                         "(report only: the calibration must match the scorer that ships)")
     args = parser.parse_args(argv)
+    if args.scorer:
+        args.no_write = True
     from crag_lab.learned import AnswerScorer
     from crag_lab.learned.scorer import fingerprint
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(store=CACHE / "vectors.sqlite", model_name="sentence-transformers/all-MiniLM-L6-v2")
-    scorer = AnswerScorer.load()
-    groups = domains(cache, scorer.card.trained)
-    x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / f"scorer-{fingerprint()}.sqlite"))
-    np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
-    results = {name: measure(x[:, cols], y, q, d) for name, cols in VARIANTS.items()}
+    scorer = AnswerScorer.load(args.scorer)
+    groups = domains(cache, AnswerScorer.load().card.trained)  # the held-out sources stay the shipped scorer's
+    x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / f"scorer-{fingerprint(args.scorer)}.sqlite"))
+    if not args.scorer:
+        np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
+    results = {name: measure(x[:, cols], y, q, d, sure=name == SHIPS) for name, cols in VARIANTS.items()}
     scorer_col = COLUMNS.index(SCORER_FEATURE)
     results["scorer alone"] = measure(x[:, scorer_col:scorer_col + 1], y, q, d)  # its model is never written
     no_kb = d != "kb"
     results["shipped features, without the kb domain"] = measure(x[no_kb], y[no_kb], q[no_kb], d[no_kb])
     results["shipped features, domains weighted equally"] = measure(x, y, q, d, {})
-    reports, model = results["offline features + scorer + bridge (ships)"]
+    reports, model = results[SHIPS]
     lines = report_markdown(results, model)
     print("\n".join(lines))
     if not args.no_write:
@@ -271,7 +308,21 @@ def report_markdown(results: dict[str, tuple[dict[str, Any], dict[str, Any]]], m
             lines.append(f"| {name} | {dom} | {r['how']} | {r['items']:,} | {r['gold']:,} | {r['auroc']:.3f} | "
                          f"{r['ece_even_odds']:.3f} | {r['accuracy']:.1%} | {r['accuracy_even_odds']:.1%} | "
                          f"{r['gold_kept_at_0.3']:.0%} | {r['gold_at_or_above_0.7']:.0%} | {r['non_gold_below_0.3']:.0%} |")
-    reports = results["offline features + scorer + bridge (ships)"][0]
+    reports = results[SHIPS][0]
+    lines += ["", "## How sure these numbers are", "",
+              f"For the shipped grader: 95 % intervals over {BOOTSTRAP:,} resamples of each domain's questions (a "
+              "question's items drawn together), and the ECE a perfectly calibrated grader would still show on as many "
+              "items (labels drawn from its own scores; `intervals`), with how often it shows at least the measured "
+              "ECE. ECE is a binned estimate: with few gold items part of it is sampling noise, and resampling "
+              "repeats items, which inflates it further, so its interval leans high.", "",
+              "| domain | questions | gold | AUROC | AUROC, 95 % | ECE | ECE, 95 % | ECE of a calibrated grader, same size "
+              "| a calibrated grader shows at least the measured ECE |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for dom, r in reports.items():
+        iv = r["intervals"]
+        lines.append(f"| {dom} | {iv['questions']:,} | {r['gold']:,} | {r['auroc']:.3f} | {iv['auroc_95'][0]:.3f}–"
+                     f"{iv['auroc_95'][1]:.3f} | {r['ece_even_odds']:.3f} | {iv['ece_95'][0]:.3f}–{iv['ece_95'][1]:.3f} | "
+                     f"{iv['ece_floor']:.3f} | {iv['ece_floor_at_least_measured']:.1%} |")
     lines += ["", "## Reliability of the shipped grader", "",
               "How often items in each score band were gold, raw and re-weighted to even odds (the scale grades are "
               "fitted to: a calibrated grader has the even-odds rate close to the mean score).", "",

@@ -79,7 +79,8 @@ GRADER_TARGETS = {"kb": 0.90, "kb-test": 0.90, "hotpotqa": 0.85}
 
 def grader_rows() -> list[list[str]]:
     """The grader's numbers per domain, from the committed calibration (bench/fit_grader.py): out of fold on
-    the domains it was fitted on, held out on the others."""
+    the domains it was fitted on, held out on the others; in brackets, the 95 % interval over resampled
+    questions where the calibration records one (`fit_grader.intervals`)."""
     if not CALIBRATION.is_file():
         return []
     cv = json.loads(CALIBRATION.read_text(encoding="utf-8")).get("cross_validation", {})
@@ -89,10 +90,13 @@ def grader_rows() -> list[list[str]]:
             continue
         how = r.get("how", "out of fold")
         target = GRADER_TARGETS.get(dom)
+        iv = r.get("intervals", {})
+        auroc_iv = f" ({iv['auroc_95'][0]:.3f}–{iv['auroc_95'][1]:.3f})" if "auroc_95" in iv else ""
+        ece_iv = f" ({iv['ece_95'][0]:.3f}–{iv['ece_95'][1]:.3f})" if "ece_95" in iv else ""
         rows.append([f"grader AUROC, {dom} ({how})", "reported" if target is None else f"≥ {target:.2f}",
-                     f"{r['auroc']:.3f}", "—" if target is None else
+                     f"{r['auroc']:.3f}{auroc_iv}", "—" if target is None else
                      ("met" if r["auroc"] >= target else f"missed, {target - r['auroc']:.3f} short")])
-        rows.append([f"grader ECE at even odds, {dom} ({how})", "≤ 0.05", f"{r['ece_even_odds']:.3f}",
+        rows.append([f"grader ECE at even odds, {dom} ({how})", "≤ 0.05", f"{r['ece_even_odds']:.3f}{ece_iv}",
                      "met" if r["ece_even_odds"] <= 0.05 else f"missed, {r['ece_even_odds'] - 0.05:.3f} over"])
     return rows
 

@@ -98,3 +98,18 @@ def test_test_split_is_reported_beside_the_tuning_split_with_the_gap(script: Mod
     assert "| answer containment | 80.0 % | 70.0 % | -10.0 | 80.0 % | 60.0 % | -20.0 |" in text
     assert "| answer containment, answerable | ≥ 70 % | 70.0 % | met |" in text
     assert "| containment gain over naive_rag | ≥ 5 points | +10.0 points, 4.8 calls | met |" in text
+
+
+def test_grader_rows_give_the_interval_where_the_calibration_records_one(script: ModuleType, tmp_path: Path) -> None:
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"cross_validation": {
+        "kb": {"how": "out of fold", "auroc": 0.896, "ece_even_odds": 0.061,
+               "intervals": {"auroc_95": [0.863, 0.925], "ece_95": [0.05, 0.102]}},
+        "hotpotqa": {"how": "held out", "auroc": 0.804, "ece_even_odds": 0.043},
+        "pooled fitted": {"auroc": 0.959, "ece_even_odds": 0.032}}}), encoding="utf-8")
+    script.CALIBRATION = calibration  # type: ignore[attr-defined]
+    rows = script.grader_rows()
+    assert ["grader AUROC, kb (out of fold)", "≥ 0.90", "0.896 (0.863–0.925)", "missed, 0.004 short"] in rows
+    assert ["grader ECE at even odds, kb (out of fold)", "≤ 0.05", "0.061 (0.050–0.102)", "missed, 0.011 over"] in rows
+    assert ["grader ECE at even odds, hotpotqa (held out)", "≤ 0.05", "0.043", "met"] in rows  # none recorded: none shown
+    assert not [r for r in rows if "pooled" in r[0]]

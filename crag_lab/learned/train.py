@@ -1,6 +1,6 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
-Two recipes (``--recipe``), the same code and sources, sized for the machine:
+Four recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
@@ -9,6 +9,10 @@ Two recipes (``--recipe``), the same code and sources, sized for the machine:
   an antonym, a negation, another name of the article, another number, each against the sentence that
   answered the original, which stays a positive beside it), 8,000 SQuAD questions, with a replay of
   the other sources so that what it read before is not forgotten; one epoch of batches of 32.
+- ``tables`` (about twenty minutes on two cores): continues the adapter that ships on the lookup
+  questions people wrote about Wikipedia tables (WikiTableQuestions' training split, ``--wtq``, a
+  clone of github.com/ppasupat/WikiTableQuestions; `crag_lab.learned.table_data`), with the same
+  kind of replay (1,500 SQuAD questions); one epoch of batches of 32.
 - ``gpu``: every SQuAD v1.1 train question outside the held-out articles, near-miss unanswerable
   groups from the question's own article, the READMEs of every environment named with ``--site``,
   and an adapter on every linear layer, two epochs of batches of 256. Run it in three steps:
@@ -56,6 +60,7 @@ from crag_lab.learned.data import (
 from crag_lab.learned.readmes import documentation
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
+from crag_lab.learned.table_data import wtq_pairs
 
 
 @dataclass(frozen=True)
@@ -76,12 +81,14 @@ class Recipe:
     warmup: int
     perturbed: int = 0  # further questions drawn for `perturbed_pairs` (0: none)
     continues: bool = False  # train on from an adapter (``--init``) instead of a fresh one
+    tables: bool = False  # add WikiTableQuestions' lookup questions (``--wtq``, `table_data.wtq_pairs`)
 
 
 RECIPES = {
     "cpu": Recipe(6000, 0.25, 0.0, 60, 3, 16, "qkv", 5e-4, 32, 1.0, 96, 50),
     "gpu": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200),
     "contrast": Recipe(2500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, perturbed=8000, continues=True),
+    "tables": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, tables=True),
 }
 
 
@@ -110,8 +117,12 @@ def held_out_documents(names: Sequence[str]) -> set[str]:
     return {n for n in names if int(hashlib.sha256(n.encode()).hexdigest(), 16) % 5 == 0}
 
 
-def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = ()) -> TrainingSet:
-    """The training and validation pairs. Validation holds out whole SQuAD articles and whole documents."""
+def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None) -> TrainingSet:
+    """The training and validation pairs. Validation holds out whole SQuAD articles, whole documents and
+    (with ``wtq``, a WikiTableQuestions checkout, for a recipe with ``tables``) whole tables."""
+    if recipe.tables and (wtq is None or not (wtq / "data" / "training.tsv").exists()):
+        raise SystemExit(f"crag_lab.learned.train: this recipe reads WikiTableQuestions, and {wtq} holds no "
+                         "data/training.tsv; pass --wtq with a clone of https://github.com/ppasupat/WikiTableQuestions")
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held_titles = held_out_titles(squad, rng)
@@ -135,7 +146,9 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     drawn = {r["id"] for r in train_rows}
     rest = [r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] if recipe.perturbed else []
     contrast = perturbed_pairs(rng.sample(rest, min(recipe.perturbed, len(rest))), share=1.0, seed=seed) if rest else []
-    train = (contrast + squad_pairs(train_rows, seed=seed) + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
+    tables = (wtq_pairs(wtq, seed=seed), wtq_pairs(wtq, held_out=True, seed=seed + 1)) if recipe.tables and wtq else ([], [])
+    train = (contrast + tables[0] + squad_pairs(train_rows, seed=seed)
+             + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
              + near_miss(train_rows, seed)
              + squad_pairs([r for r in excerpt if r["title"] == ex_titles[0]], seed=seed)
              + ([p for d in train_docs for p in d] + cross_doc_pairs(train_docs, seed=seed)) * recipe.docs_repeat)
@@ -143,7 +156,7 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
            + same_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + (perturbed_pairs(val_rows, share=0.5, seed=seed + 1) if recipe.perturbed else [])
            + squad_pairs([r for r in excerpt if r["title"] != ex_titles[0]], seed=seed + 1)
-           + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1))
+           + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1) + tables[1])
     return TrainingSet(train, val, [(n, v, lic) for n, v, lic, _ in docs], sorted(docs[i][0] for i in held_docs))
 
 
@@ -198,7 +211,8 @@ def train(args: argparse.Namespace) -> None:
 
     recipe = RECIPES[args.recipe]
     torch.set_num_threads(args.threads)
-    data = build(Path(args.train_dir), recipe=recipe, seed=args.seed, sites=args.site)
+    data = build(Path(args.train_dir), recipe=recipe, seed=args.seed, sites=args.site,
+                 wtq=Path(args.wtq) if args.wtq else None)
     pairs = data.train
     print(f"training pairs: {len(pairs)} {dict(Counter(p.source for p in pairs))}; validation {len(data.val)}", flush=True)
     if args.dump_pairs:
@@ -256,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="cpu")
     parser.add_argument("--site", action="append", default=[],
                         help="another site-packages folder whose READMEs to read (repeatable)")
+    parser.add_argument("--wtq", help="a clone of github.com/ppasupat/WikiTableQuestions (the tables recipe reads it)")
     parser.add_argument("--dump-pairs", help="write the training pairs to this file for fit.py and stop")
     parser.add_argument("--adapter", help="a folder fit.py wrote: measure it and write the card instead of training")
     parser.add_argument("--out", default=str(SCORER_DIR))
