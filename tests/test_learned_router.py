@@ -245,6 +245,26 @@ def test_the_router_data_borrows_names_from_held_out_documents_only_for_validati
     assert not any("technical" in m.source for m in plain)
 
 
+def test_casual_typing_reaches_both_question_classes_only_when_asked_for(tmp_path: Path) -> None:
+    import random
+
+    from crag_lab.learned.router_data import CASUAL_SHARE, build, casual
+
+    assert casual("What is the port?", random.Random(0)) in ("what's the port?", "whats the port?", "wats the port?",
+                                                           "wat's the port?")
+    assert casual("who is on call?", random.Random(0)) in ("who's on call?", "whos on call?")
+    assert casual("Whatever is left?", random.Random(0)) == "Whatever is left?"  # only a question word and "is"
+    assert casual("Which team?", random.Random(0)) == "Which team?"
+    folder = _named_train_dir(tmp_path)
+    names = [(f"pkg{i}", f"pkg{i}.name") for i in range(10)]
+    typed = ("what's", "whats", "wats", "wat's", "who's", "whos")
+    train, _ = build(folder, per_class=300, val_per_class=30, seed=1, names=names, casual_share=CASUAL_SHARE)
+    assert {"simple", "complex"} <= {m.label for m in train if m.text.lower().startswith(typed)}
+    for plain in (build(folder, per_class=300, val_per_class=30, seed=1, names=names)[0],  # what ships
+                  build(folder, per_class=300, val_per_class=30, seed=1)[0]):  # the head's
+        assert not [m for m in plain if m.text.lower().startswith(typed)]
+
+
 def test_a_knowledge_base_embedded_with_another_model_still_routes_on_minilm_vectors(vectors: VectorCache) -> None:
     from conftest import HashEmbedding
 

@@ -22,8 +22,10 @@
   says nothing about the class.
 
 Every class gets the same surface noise (lower case, no question mark, a typo now and then), so
-punctuation and case say nothing about the class. Validation holds out whole SQuAD articles and
-whole conversations. Nothing here reads an evaluation set or the bundled knowledge base.
+punctuation and case say nothing about the class. ``casual_share`` also types a question word and
+"is" as in a chat (`casual`: "whats", "who's"), in every class alike (tried, not shipped).
+Validation holds out whole SQuAD articles and whole conversations. Nothing here reads an evaluation
+set or the bundled knowledge base.
 
 >>> lower_first("What year was it?")
 'what year was it?'
@@ -79,6 +81,7 @@ _CHANGE_TEMPLATES = (
     "How did the {attr} of {a} change from {y} to {y2}?", "What is the history of {a} since {y}?",
 )
 _TYPO_KEEP = re.compile(r"[A-Za-z]")
+_CASUAL = re.compile(r"(what|who|where|how|when|which|that|there|it) is\b", re.IGNORECASE)
 # A personal or situational register, in general words (no domain, no named system): a clause about
 # the asker, then the question. "{topic}" is the article's title.
 _FRAMES = (
@@ -112,6 +115,10 @@ _THING_HOPS = ("When was {rel} founded?", "Where is {rel} located?", "Who built 
 DISLOCATE = 0.2
 """Share of the token reader's one-sentence bridges with the description first (`dislocated`)."""
 TECHNICAL_SHARE = 0.25
+CASUAL_SHARE = 0.3
+"""With ``train_router --casual``: the share of the token reader's messages whose opening question word and
+"is" are typed as in a chat (`casual`), every class alike ("whats up" is small talk, "whats the timeout"
+a question). Tried, not shipped: the router's data card has the numbers."""
 """Share of the simple and complex messages whose names are swapped for names from software documentation."""
 _NAME_SPAN = re.compile(r"\b[A-Z][\w'-]*(?: (?:(?:of|the|de|and) )?[A-Z][\w'-]*)*")
 _NOT_NAMES = frozenset(("i", "i'm", "i've", "i'd", "i'll", "hey", "hi", "sorry", "my", "we", "our", "before", "for",
@@ -254,8 +261,28 @@ def dislocated(relative_clause: str, hop: str) -> str:
     return f"{relative_clause[0].upper()}{relative_clause[1:]}: {second[0].lower()}{second[1:]}"
 
 
-def _noise(text: str, rng: random.Random) -> str:
-    """Surface noise every class gets alike: lower case, no question mark, a swapped pair of letters."""
+def casual(text: str, rng: random.Random) -> str:
+    """A leading question word and ``is`` typed the way people type them in a chat: ``what's``,
+    ``whats``, ``wats`` (``who's``, ``whos``; ...); the text as it was when it does not open so.
+
+    >>> casual("What is the capital of Peru?", random.Random(1))
+    'whats the capital of Peru?'
+    >>> casual("Where did it go?", random.Random(1))
+    'Where did it go?'
+    """
+    found = _CASUAL.match(text)
+    if not found:
+        return text
+    word = found.group(1).lower()
+    forms = [f"{word}'s", f"{word}s"] + (["wats", "wat's"] if word == "what" else [])
+    return rng.choice(forms) + text[found.end():]
+
+
+def _noise(text: str, rng: random.Random, casual_share: float = 0.0) -> str:
+    """Surface noise every class gets alike: lower case, no question mark, a swapped pair of letters, and
+    (for a ``casual_share``) a question word contracted with ``is`` (`casual`)."""
+    if casual_share and rng.random() < casual_share:
+        text = casual(text, rng)
     r = rng.random()
     if r < 0.2:
         text = text.lower()
@@ -407,13 +434,14 @@ def held_out(group: str, share: float = 0.1) -> bool:
 
 
 def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
-          names: Sequence[tuple[str, str]] = ()) -> tuple[list[Message], list[Message]]:
+          names: Sequence[tuple[str, str]] = (), casual_share: float = 0.0) -> tuple[list[Message], list[Message]]:
     """Training and validation messages, ``per_class`` (``val_per_class``) of each class, shuffled, noised.
 
     ``names``: (document, name) pairs (`crag_lab.learned.readmes.technical_names`); when given (the token
     reader's messages), a `TECHNICAL_SHARE` of the questions get names from them (`technical`), validation
-    ones only from held-out documents, and a `DISLOCATE` share of the one-sentence bridges put their
-    description first (`dislocated`)."""
+    ones only from held-out documents, a `DISLOCATE` share of the one-sentence bridges put their
+    description first (`dislocated`). ``casual_share`` of every class is typed as in a chat (`casual`; tried
+    for the token reader, `CASUAL_SHARE`, not shipped)."""
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     chat = read_jsonl(train_dir / "chitchat.jsonl.gz")
@@ -432,7 +460,7 @@ def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
                     if swapped != m.text:
                         questions[i] = Message(swapped, m.label, m.source + "+technical", m.group)
             msgs = chitchat_messages(c_rows, n, rng) + questions
-        msgs = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in msgs]
+        msgs = [Message(_noise(m.text, rng, casual_share), m.label, m.source, m.group) for m in msgs]
         seen: set[str] = set()
         unique = [m for m in msgs if not (m.text in seen or seen.add(m.text))]  # type: ignore[func-returns-value]
         rng.shuffle(unique)

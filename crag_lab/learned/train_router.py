@@ -25,7 +25,7 @@ import numpy as np
 
 from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
-from crag_lab.learned.router_data import CLASSES, TECHNICAL_SHARE, Message, build, counts
+from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -145,6 +145,7 @@ def dump_messages(path: str | Path, train_msgs: Sequence[Message], val_msgs: Seq
 
     data = {"classes": list(CLASSES), "train": [[m.text, CLASSES.index(m.label)] for m in train_msgs],
             "val": [[m.text, CLASSES.index(m.label)] for m in val_msgs]}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
         f.write(json.dumps(data, separators=(",", ":")).encode("utf-8"))
 
@@ -164,7 +165,7 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
                 shutil.copyfile(source / name, folder / name)
     fitted = json.loads((folder / "fit.json").read_text(encoding="utf-8")) if (folder / "fit.json").is_file() else {}
     _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
-                   names=names)
+                   names=names, casual_share=CASUAL_SHARE if getattr(args, "casual", False) else 0.0)
     texts = [m.text for m in val]
     vector_probs = head.predict(texts, embedded(texts, work, embed))
     reader = TokenReader.load(folder, int(fitted.get("max_length", 64)), len(CLASSES))
@@ -214,7 +215,8 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
     names = router_names() if args.technical else []
     if args.dump:  # the token reader's messages: names from software documentation swapped in
         tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
-                                       val_per_class=args.val_per_class, seed=args.seed, names=names)
+                                       val_per_class=args.val_per_class, seed=args.seed, names=names,
+                                       casual_share=CASUAL_SHARE if args.casual else 0.0)
         dump_messages(args.dump, tuned_train, tuned_val)
         print(f"wrote {args.dump}: train {len(tuned_train)} {counts(tuned_train)}; validation {len(tuned_val)}", flush=True)
         raise SystemExit(0)
@@ -270,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--l2", type=float, default=1e-4)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--dump", help="write the token reader's messages to this file for fit_router.py and stop")
+    parser.add_argument("--casual", action="store_true",
+                        help=f"with --dump or --tuned: type {CASUAL_SHARE:.0%} of the token reader's messages as in a chat "
+                             "(router_data.casual; tried, not shipped)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
     parser.add_argument("--no-technical", dest="technical", action="store_false",
                         help="leave out the names from software documentation (router_data.technical)")
