@@ -265,6 +265,36 @@ def test_casual_typing_reaches_both_question_classes_only_when_asked_for(tmp_pat
         assert not [m for m in plain if m.text.lower().startswith(typed)]
 
 
+def test_multi_hop_questions_people_wrote_join_the_complex_class_held_out_by_question(tmp_path: Path) -> None:
+    from crag_lab.learned.router_data import MULTIHOP_REPEAT, build
+
+    rows = [{"question": f"Which film by the director of Movie {i} came out first?"} for i in range(60)]
+    folder = _named_train_dir(tmp_path)
+    train, val = build(folder, per_class=100, val_per_class=20, seed=1, multihop=rows)
+    trained = [m for m in train if m.source == "multihop"]
+    validated = [m for m in val if m.source == "multihop"]
+    assert trained and validated and {m.label for m in trained + validated} == {"complex"}
+    assert not {m.group for m in trained} & {m.group for m in validated}  # a question is on one side only
+    assert len(trained) == MULTIHOP_REPEAT * len({m.group for m in trained})
+    assert len(validated) == len({m.group for m in validated})
+    assert len({m.group for m in trained}) + len(validated) == len(rows)
+    plain = build(folder, per_class=100, val_per_class=20, seed=1)
+    assert not [m for m in plain[0] + plain[1] if m.source == "multihop"]
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "is not a file"),
+    ('{"question": "Who?"}\n{"title": "no question"}\n', 'needs a non-empty "question" in every row'),
+])
+def test_a_bad_multihop_file_is_one_clear_line_before_anything_is_built(tmp_path: Path, content: str | None,
+                                                                        says: str) -> None:
+    path = tmp_path / "multihop.jsonl"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"--multihop {path}.*{says}"):
+        train_main(["--train-dir", str(tmp_path / "nowhere"), "--multihop", str(path), "--dump", str(tmp_path / "m.gz")])
+
+
 def test_a_knowledge_base_embedded_with_another_model_still_routes_on_minilm_vectors(vectors: VectorCache) -> None:
     from conftest import HashEmbedding
 

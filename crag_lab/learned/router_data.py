@@ -115,6 +115,8 @@ _THING_HOPS = ("When was {rel} founded?", "Where is {rel} located?", "Who built 
 DISLOCATE = 0.2
 """Share of the token reader's one-sentence bridges with the description first (`dislocated`)."""
 TECHNICAL_SHARE = 0.25
+MULTIHOP_REPEAT = 5
+"""Each multi-hop training question people wrote is seen this many times (they are few beside the composed ones)."""
 CASUAL_SHARE = 0.3
 """With ``train_router --casual``: the share of the token reader's messages whose opening question word and
 "is" are typed as in a chat (`casual`), every class alike ("whats up" is small talk, "whats the timeout"
@@ -433,15 +435,24 @@ def held_out(group: str, share: float = 0.1) -> bool:
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
+def multihop_messages(rows: Iterable[Mapping[str, Any]], *, val: bool) -> list[Message]:
+    """Multi-hop questions people wrote (HotpotQA **train**: ``{"question": ...}`` rows), class complex; one
+    question in five, by a hash of its text, is kept for validation (``val``)."""
+    return [Message(str(r["question"]), "complex", "multihop", f"multihop/{r['question']}")
+            for r in rows if held_out(f"multihop/{r['question']}", 0.2) == val]
+
+
 def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
-          names: Sequence[tuple[str, str]] = (), casual_share: float = 0.0) -> tuple[list[Message], list[Message]]:
+          names: Sequence[tuple[str, str]] = (), casual_share: float = 0.0,
+          multihop: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Message], list[Message]]:
     """Training and validation messages, ``per_class`` (``val_per_class``) of each class, shuffled, noised.
 
     ``names``: (document, name) pairs (`crag_lab.learned.readmes.technical_names`); when given (the token
     reader's messages), a `TECHNICAL_SHARE` of the questions get names from them (`technical`), validation
     ones only from held-out documents, a `DISLOCATE` share of the one-sentence bridges put their
     description first (`dislocated`). ``casual_share`` of every class is typed as in a chat (`casual`; tried
-    for the token reader, `CASUAL_SHARE`, not shipped)."""
+    for the token reader, `CASUAL_SHARE`, not shipped). ``multihop`` rows (`multihop_messages`) join the
+    complex class, each training question `MULTIHOP_REPEAT` times with its own noise (measured, not yet shipped)."""
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     chat = read_jsonl(train_dir / "chitchat.jsonl.gz")
@@ -463,6 +474,8 @@ def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
         msgs = [Message(_noise(m.text, rng, casual_share), m.label, m.source, m.group) for m in msgs]
         seen: set[str] = set()
         unique = [m for m in msgs if not (m.text in seen or seen.add(m.text))]  # type: ignore[func-returns-value]
+        unique += [Message(_noise(m.text, rng), m.label, m.source, m.group)
+                   for m in multihop_messages(multihop, val=val) for _ in range(1 if val else MULTIHOP_REPEAT)]
         rng.shuffle(unique)
         parts.append(unique)
     return parts[0], parts[1]

@@ -25,7 +25,7 @@ import numpy as np
 
 from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
-from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts
+from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts, read_jsonl
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -165,7 +165,8 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
                 shutil.copyfile(source / name, folder / name)
     fitted = json.loads((folder / "fit.json").read_text(encoding="utf-8")) if (folder / "fit.json").is_file() else {}
     _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
-                   names=names, casual_share=CASUAL_SHARE if getattr(args, "casual", False) else 0.0)
+                   names=names, casual_share=CASUAL_SHARE if getattr(args, "casual", False) else 0.0,
+                   multihop=multihop_rows(args))
     texts = [m.text for m in val]
     vector_probs = head.predict(texts, embedded(texts, work, embed))
     reader = TokenReader.load(folder, int(fitted.get("max_length", 64)), len(CLASSES))
@@ -203,6 +204,20 @@ def scored(predicted: Sequence[str], messages: Sequence[Message]) -> dict[str, A
     return report
 
 
+def multihop_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--multihop`` file's rows (JSON lines with a ``question``), or none; a missing file or a row without a
+    question is one clear line before anything is built."""
+    path = getattr(args, "multihop", None)
+    if not path:
+        return []
+    if not Path(path).is_file():
+        raise SystemExit(f"train_router: --multihop {path} is not a file; give a JSON-lines file of HotpotQA train rows")
+    rows = read_jsonl(path)
+    if not rows or any(not isinstance(r, dict) or not str(r.get("question") or "").strip() for r in rows):
+        raise SystemExit(f"train_router: --multihop {path} needs a non-empty \"question\" in every row")
+    return rows
+
+
 def router_names() -> list[tuple[str, str]]:
     """The names from software documentation the router's questions borrow (`router_data.technical`): those of
     the READMEs of the distributions installed beside crag_lab (`crag_lab.learned.readmes`)."""
@@ -216,7 +231,7 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
     if args.dump:  # the token reader's messages: names from software documentation swapped in
         tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
                                        val_per_class=args.val_per_class, seed=args.seed, names=names,
-                                       casual_share=CASUAL_SHARE if args.casual else 0.0)
+                                       casual_share=CASUAL_SHARE if args.casual else 0.0, multihop=multihop_rows(args))
         dump_messages(args.dump, tuned_train, tuned_val)
         print(f"wrote {args.dump}: train {len(tuned_train)} {counts(tuned_train)}; validation {len(tuned_val)}", flush=True)
         raise SystemExit(0)
@@ -275,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--casual", action="store_true",
                         help=f"with --dump or --tuned: type {CASUAL_SHARE:.0%} of the token reader's messages as in a chat "
                              "(router_data.casual; tried, not shipped)")
+    parser.add_argument("--multihop", help="with --dump or --tuned: a JSON-lines file of multi-hop questions people "
+                                           "wrote (HotpotQA train) for the complex class (router_data.multihop_messages)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
     parser.add_argument("--no-technical", dest="technical", action="store_false",
                         help="leave out the names from software documentation (router_data.technical)")
