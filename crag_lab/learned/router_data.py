@@ -474,7 +474,7 @@ def build(train_dir: Path, *, per_class: int, val_per_class: int, seed: int,
         msgs = [Message(_noise(m.text, rng, casual_share), m.label, m.source, m.group) for m in msgs]
         seen: set[str] = set()
         unique = [m for m in msgs if not (m.text in seen or seen.add(m.text))]  # type: ignore[func-returns-value]
-        unique += [Message(_noise(m.text, rng), m.label, m.source, m.group)
+        unique += [Message(_noise(m.text, rng, casual_share), m.label, m.source, m.group)
                    for m in multihop_messages(multihop, val=val) for _ in range(1 if val else MULTIHOP_REPEAT)]
         rng.shuffle(unique)
         parts.append(unique)
