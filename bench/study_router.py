@@ -282,7 +282,7 @@ def markdown(result: Mapping[str, Any]) -> str:
               "that choice (`crag_lab/_data/router/DATA_CARD.md`).", "",
               f"Learned router: {json.dumps(result['card'])}"]
     if result.get("baseline"):
-        lines += ["", f"\"{result['baseline']['name']}\": the head in {result['baseline']['folder']}, "
+        lines += ["", f"\"{result['baseline']['name']}\": the router in {result['baseline']['folder']}, "
                   f"{json.dumps(result['baseline']['card'])}"]
     return "\n".join(lines) + "\n"
 

@@ -65,3 +65,4 @@ class AgentState(TypedDict, total=False):
     audit: Annotated[list[dict[str, Any]], operator.add]
     path: Annotated[list[NodeName], operator.add]
     rounds: Annotated[list[RoundRecord], operator.add]
+    dropped: Annotated[list[EvidenceItem], operator.add]  # every item a grading round dropped, in order

@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from crag_lab.learned import train
-from crag_lab.learned.table_data import held_out_table, lookup_rows, read_questions, read_table, table_units, wtq_pairs
+from crag_lab.learned.table_data import (
+    held_out_table,
+    lookup_rows,
+    read_questions,
+    read_table,
+    row_pairs,
+    subject_column,
+    table_units,
+    wtq_pairs,
+)
 
 HEADER = ["Year", "Team", "League", "Coach"]
 BODY = [["2001", "Portland Timbers", "USL A-League", "Bo Mayer"],
@@ -91,13 +100,41 @@ def test_held_out_tables_never_reach_training_and_other_table_groups_are_all_neg
     assert len({p.question for p in wtq_pairs(folder, limit=2)}) == 2
 
 
-def test_the_tables_recipe_names_the_missing_dataset_before_reading_anything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recipe", ["tables", "rows"])
+def test_the_table_recipes_name_the_missing_dataset_before_reading_anything(tmp_path: Path, recipe: str) -> None:
     with pytest.raises(SystemExit, match=r"--wtq with a clone of https://github\.com/ppasupat/WikiTableQuestions"):
-        train.build(tmp_path / "nowhere", recipe=train.RECIPES["tables"], seed=13)
+        train.build(tmp_path / "nowhere", recipe=train.RECIPES[recipe], seed=13)
 
 
-def test_the_tables_recipe_adds_table_pairs_beside_the_replay_and_validates_on_held_out_tables(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_row_is_named_by_the_leftmost_column_of_distinct_names_never_by_a_number_column() -> None:
+    assert subject_column(BODY) == 1  # the years are distinct but numbers; the teams name the rows
+    assert subject_column([[r[0], r[2]] for r in BODY]) is None  # leagues repeat
+    assert subject_column([["1", "x"], ["2", "x"]]) is None
+
+
+def test_templated_row_lookups_name_the_positive_rows_subject_and_ask_another_of_its_columns(tmp_path: Path) -> None:
+    folder = _wtq(tmp_path, tables=30)
+    trained, held = row_pairs(folder, other_share=1.0, seed=3), row_pairs(folder, held_out=True, other_share=1.0, seed=3)
+    assert trained and held and row_pairs(folder, other_share=1.0, seed=3) == trained  # seeded
+    for pairs in (trained, held):
+        for gid in {p.group for p in pairs if p.source == "wtq-rows"}:
+            group = [p for p in pairs if p.group == gid]
+            positives = [p for p in group if p.label]
+            assert len(positives) == 1 and 2 <= len(group) <= 4
+            named = [u for u in (p.text for p in group) if u.split("Team: ", 1)[1].split(";")[0] in positives[0].question]
+            assert named == [positives[0].text]  # only the positive names the asked subject
+    def tables(pairs: list) -> set[str]:
+        return {p.text.split(":", 1)[0] for p in pairs if p.source == "wtq-rows"}
+    assert not tables(trained) & tables(held)
+    others = [p for p in trained if p.source == "wtq-rows-unanswerable"]
+    assert others and not any(p.label for p in others)
+    assert all(p.text.split(":", 1)[0] != q.text.split(":", 1)[0]
+               for p in others for q in trained if q.group + "/other" == p.group and q.label)
+
+
+@pytest.mark.parametrize(("recipe", "source"), [("tables", "wtq"), ("rows", "wtq-rows")])
+def test_the_table_recipes_add_table_pairs_beside_the_replay_and_validate_on_held_out_tables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: str, source: str) -> None:
     monkeypatch.setattr(train, "documentation", lambda sites=(): [])
     rows = [{"id": f"Land{t}/p{p}/q0", "title": f"Land{t}", "is_impossible": False,
              "context": f"Land{t} was ruled by Mieszko{t} in 9{p:02d}. It had rivers.",
@@ -107,10 +144,11 @@ def test_the_tables_recipe_adds_table_pairs_beside_the_replay_and_validates_on_h
         with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in data)
     folder = _wtq(tmp_path / "wtq", tables=30)
-    data = train.build(tmp_path, recipe=replace(train.RECIPES["tables"], questions=30), seed=13, wtq=folder)
-    assert {p.source for p in data.train} >= {"wtq", "squad11"}
-    trained = {p.text.split(":", 1)[0] for p in data.train if p.source == "wtq"}
-    validated = {p.text.split(":", 1)[0] for p in data.val if p.source == "wtq"}
+    data = train.build(tmp_path, recipe=replace(train.RECIPES[recipe], questions=30), seed=13, wtq=folder)
+    assert {p.source for p in data.train} >= {source, "squad11"}
+    assert not {p.source for p in data.train + data.val} & ({"wtq", "wtq-rows"} - {source})
+    trained = {p.text.split(":", 1)[0] for p in data.train if p.source == source}
+    validated = {p.text.split(":", 1)[0] for p in data.val if p.source == source}
     assert trained and validated and not trained & validated
     plain = train.build(tmp_path, recipe=replace(train.RECIPES["cpu"], questions=30), seed=13, wtq=folder)
     assert not [p for p in plain.train + plain.val if p.source.startswith("wtq")]

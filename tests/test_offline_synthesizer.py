@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from crag_lab import CragConfig, build_graph
+from crag_lab import CragConfig, ModelReply, build_graph
 from crag_lab.graph import initial_state
 from crag_lab.offline import OfflineModel
 from crag_lab.offline.reading import UnitReading, label_answers, read
@@ -196,3 +198,48 @@ def test_the_trace_says_why_the_offline_model_abstained(vectors: VectorCache) ->
 ])
 def test_chitchat_replies_fit_the_message(message: str, word: str) -> None:
     assert word in chitchat(message)
+
+
+MAESTRO = {"n": 2, "title": "Card brands", "path": "payments/brands.md",
+           "text": "Maestro is the debit brand of the card network; its cards are routed like the network's credit cards."}
+
+
+def test_a_name_held_only_by_an_item_the_grader_dropped_is_known_but_never_quoted(vectors: VectorCache) -> None:
+    question = "Which acquirer is the default for Maestro cards?"
+    assert read(question, [ACQUIRERS], vectors).ungrounded == ("Maestro",)
+    assert read(question, [ACQUIRERS], vectors, seen=[MAESTRO]).ungrounded == ()
+    assert read(question, [ACQUIRERS], vectors, seen=[{"text": "Visa cards only.", "title": "Maestro"}]).ungrounded == ()
+    text, how = respond(question, [ACQUIRERS], vectors, seen=[MAESTRO])
+    assert "Maestro" not in (how or "")
+    assert "[2]" not in text and "debit brand" not in text  # a dropped item is never read for the answer
+
+
+class _GradesFirstOnly(OfflineModel):
+    """The offline model, but its grader keeps the first item and drops the rest; it keeps every synthesize input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synthesized: list[dict] = []
+
+    def complete(self, task, prompt, inputs):  # type: ignore[no-untyped-def]
+        if task == "grade":
+            scores = [0.95] + [0.05] * (len(inputs["items"]) - 1)
+            return ModelReply(json.dumps(scores), 1, 1)
+        if task == "synthesize":
+            self.synthesized.append(dict(inputs))
+        return super().complete(task, prompt, inputs)
+
+
+def test_the_graph_tells_the_synthesizer_which_items_its_grader_dropped() -> None:
+    rows = [{"text": item["text"], "path": item["path"], "line": 1, "line_end": 6, "score": s, "title": item["title"]}
+            for item, s in ((ACQUIRERS, 0.6), (MAESTRO, 0.5))]
+    config = CragConfig(routing=False, prefilter=False)  # two items would be approved unread
+    model = _GradesFirstOnly()
+    state = build_graph(model, [StaticTool("vector_search", rows)], config).invoke(
+        initial_state("Which acquirer is the default for Maestro cards?"), {"recursion_limit": config.recursion_limit})
+    assert [i["path"] for i in state["context"]] == [ACQUIRERS["path"]]
+    assert MAESTRO["path"] in {i["path"] for i in state["dropped"]}
+    [inputs] = model.synthesized
+    assert [e["path"] for e in inputs["evidence"]] == [ACQUIRERS["path"]]
+    assert {s["title"] for s in inputs["seen"]} == {MAESTRO["title"]}
+    assert not [e for e in state["audit"] if e["event"] == "model_abstained" and "Maestro" in e.get("reason", "")]

@@ -149,3 +149,61 @@ def wtq_pairs(folder: str | Path, *, held_out: bool = False, limit: int = 0, oth
                 out += [Pair(q.question, u, 0, f"{gid}/other", f"{WTQ_SOURCE}-unanswerable")
                         for u in rng.sample(units2, min(len(units2), 4))]
     return out
+
+
+ROWS_SOURCE = "wtq-rows"
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def subject_column(body: Sequence[Sequence[str]]) -> int | None:
+    """The leftmost column that names its rows: every cell distinct, at most 60 characters, and nearly
+    every one (90 %) holding a letter, so that a number column (a rank, a year) is never the subject."""
+    for col in range(min(len(r) for r in body)):
+        cells = [r[col] for r in body]
+        if (len({_norm(c) for c in cells}) == len(cells) and all(0 < len(c) <= 60 for c in cells)
+                and sum(bool(_LETTER.search(c)) for c in cells) >= 0.9 * len(cells)):
+            return col
+    return None
+
+
+def row_pairs(folder: str | Path, *, held_out: bool = False, per_table: int = 3, other_share: float = 0.25,
+              negatives: int = 3, seed: int = 0) -> list[Pair]:
+    """Templated lookups over the tables of WikiTableQuestions' training questions: a row named by its
+    subject (`subject_column`), one other column asked ("What is the league of 2004 Portland
+    Timbers?" with `data`'s row templates), as a knowledge base of tables is asked.
+
+    Per table kept (`held_out_table` says which), up to ``per_table`` rows drawn by ``seed``: that row
+    (label 1) and up to ``negatives`` other rows of the table (0); for ``other_share`` of the questions
+    also up to 4 rows of another kept table, an unanswerable group.
+    """
+    from crag_lab.learned.data import _ROW_TEMPLATES
+
+    folder = Path(folder)
+    rng = random.Random(seed)
+    names = sorted({q.table for q in read_questions(folder) if held_out_table(q.table) == held_out})
+    tables: list[tuple[str, list[str], list[list[str]], list[str], int]] = []
+    for name in names:
+        title, rows = read_table(folder, name)
+        if not 3 <= len(rows) <= MAX_ROWS + 1 or len({len(r) for r in rows}) != 1 or len(rows[0]) < 2:
+            continue
+        units = table_units(title, rows)
+        col = subject_column(rows[1:])
+        if col is not None and len(units) == len(rows) - 1:
+            tables.append((name, units, rows[1:], rows[0], col))
+    out: list[Pair] = []
+    for t, (name, units, body, header, col) in enumerate(tables):
+        asked = [c for c in range(len(header)) if c != col and header[c] and len(header[c]) <= 40]
+        for i in sorted(rng.sample(range(len(body)), min(per_table, len(body)))):
+            answers = [c for c in asked if body[i][c] and body[i][c] != "-"]
+            if not answers:
+                continue
+            question = rng.choice(_ROW_TEMPLATES).format(col=header[rng.choice(answers)].lower(), subject=body[i][col])
+            gid = f"{ROWS_SOURCE}/{name}/{i}"
+            others = [u for j, u in enumerate(units) if j != i]
+            out.append(Pair(question, units[i], 1, gid, ROWS_SOURCE))
+            out += [Pair(question, u, 0, gid, ROWS_SOURCE) for u in rng.sample(others, min(len(others), negatives))]
+            if len(tables) > 1 and rng.random() < other_share:
+                other = tables[(t + 1 + rng.randrange(len(tables) - 1)) % len(tables)][1]
+                out += [Pair(question, u, 0, f"{gid}/other", f"{ROWS_SOURCE}-unanswerable")
+                        for u in rng.sample(other, min(len(other), 4))]
+    return out

@@ -1,6 +1,6 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
-Four recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
+Five recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
@@ -13,6 +13,9 @@ Four recipes (``--recipe``), the same code, sized for the machine or continuing 
   questions people wrote about Wikipedia tables (WikiTableQuestions' training split, ``--wtq``, a
   clone of github.com/ppasupat/WikiTableQuestions; `crag_lab.learned.table_data`), with the same
   kind of replay (1,500 SQuAD questions); one epoch of batches of 32.
+- ``rows`` (about twenty minutes on two cores): the same, with templated lookups over those tables
+  instead of the questions people wrote (a row named by its subject, one other column asked:
+  `table_data.row_pairs`), the shape of a knowledge base's table questions.
 - ``gpu``: every SQuAD v1.1 train question outside the held-out articles, near-miss unanswerable
   groups from the question's own article, the READMEs of every environment named with ``--site``,
   and an adapter on every linear layer, two epochs of batches of 256. Run it in three steps:
@@ -60,12 +63,12 @@ from crag_lab.learned.data import (
 from crag_lab.learned.readmes import documentation
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
-from crag_lab.learned.table_data import wtq_pairs
+from crag_lab.learned.table_data import row_pairs, wtq_pairs
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """How much data and which adapter: the two recipes differ only in size."""
+    """How much data, which sources and which adapter."""
 
     questions: int  # SQuAD v1.1 train questions drawn (0: all outside the held-out articles)
     other_share: float  # share of questions also set against another article's paragraph
@@ -82,6 +85,7 @@ class Recipe:
     perturbed: int = 0  # further questions drawn for `perturbed_pairs` (0: none)
     continues: bool = False  # train on from an adapter (``--init``) instead of a fresh one
     tables: bool = False  # add WikiTableQuestions' lookup questions (``--wtq``, `table_data.wtq_pairs`)
+    rows: bool = False  # add templated lookups over WikiTableQuestions' tables (``--wtq``, `table_data.row_pairs`)
 
 
 RECIPES = {
@@ -89,6 +93,7 @@ RECIPES = {
     "gpu": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200),
     "contrast": Recipe(2500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, perturbed=8000, continues=True),
     "tables": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, tables=True),
+    "rows": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, rows=True),
 }
 
 
@@ -120,7 +125,7 @@ def held_out_documents(names: Sequence[str]) -> set[str]:
 def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles, whole documents and
     (with ``wtq``, a WikiTableQuestions checkout, for a recipe with ``tables``) whole tables."""
-    if recipe.tables and (wtq is None or not (wtq / "data" / "training.tsv").exists()):
+    if (recipe.tables or recipe.rows) and (wtq is None or not (wtq / "data" / "training.tsv").exists()):
         raise SystemExit(f"crag_lab.learned.train: this recipe reads WikiTableQuestions, and {wtq} holds no "
                          "data/training.tsv; pass --wtq with a clone of https://github.com/ppasupat/WikiTableQuestions")
     rng = random.Random(seed)
@@ -147,6 +152,8 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     rest = [r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] if recipe.perturbed else []
     contrast = perturbed_pairs(rng.sample(rest, min(recipe.perturbed, len(rest))), share=1.0, seed=seed) if rest else []
     tables = (wtq_pairs(wtq, seed=seed), wtq_pairs(wtq, held_out=True, seed=seed + 1)) if recipe.tables and wtq else ([], [])
+    if recipe.rows and wtq:
+        tables = (row_pairs(wtq, seed=seed), row_pairs(wtq, held_out=True, seed=seed + 1))
     train = (contrast + tables[0] + squad_pairs(train_rows, seed=seed)
              + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
              + near_miss(train_rows, seed)

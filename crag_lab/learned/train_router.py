@@ -288,8 +288,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--dump", help="write the token reader's messages to this file for fit_router.py and stop")
     parser.add_argument("--casual", action="store_true",
-                        help=f"with --dump or --tuned: type {CASUAL_SHARE * 100:.0f} %% of the token reader's messages as in a chat "
-                             "(router_data.casual; tried, not shipped)")
+                        help=f"with --dump or --tuned: type {CASUAL_SHARE * 100:.0f} %% of the token reader's messages "
+                             "as in a chat (router_data.casual; tried, not shipped)")
     parser.add_argument("--multihop", help="with --dump or --tuned: a JSON-lines file of multi-hop questions people "
                                            "wrote (HotpotQA train) for the complex class (router_data.multihop_messages)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")

@@ -156,6 +156,7 @@ def make_grade(deps: Deps) -> Node:
             "usage": usages,
             "audit": log.events,
             "rounds": [round_record],
+            "dropped": [context[i] for i in decision.dropped],
             "path": [NODE],
         }
 

@@ -191,5 +191,6 @@ class OfflineModel:
                 return synthesizer.NORMAL_ANSWER, None
             return synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
                                        self.scorer if self.reader == "learned" else None,
-                                       self.spans if self.lead == "spans" else None, self.span_first)
+                                       self.spans if self.lead == "spans" else None, self.span_first,
+                                       seen=inputs.get("seen", ()))
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

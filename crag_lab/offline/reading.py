@@ -166,7 +166,8 @@ def unit_support(u: UnitReading) -> float:
 @dataclass(frozen=True)
 class Reading:
     """A question's reading of its evidence; ``ungrounded`` are the names the question uses
-    (`units.names`: ``Maestro``, ``PAY-142``, ``7070``) that no item's text or title holds."""
+    (`units.names`: ``Maestro``, ``PAY-142``, ``7070``) that no item's text or title holds (nor an item the
+    grader dropped, when the synthesizer is told of them: `read`)."""
 
     query: str
     kind: str | None
@@ -186,8 +187,13 @@ def item_groups(text: str, title: str | None) -> list[list[str]]:
     return [[unit_key(title or "", u) for u in units]] if units else []
 
 
-def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> Reading:
+def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache,
+         seen: Sequence[Mapping[str, Any]] = ()) -> Reading:
     """Read ``items`` (``text`` and optional ``title``/``path``/``n``) for ``query``.
+
+    A name of the question is ``ungrounded`` when no item holds it, nor any of ``seen`` (items the run
+    found and its grader dropped: a multi-hop question names the entity that links its hops, and the
+    item about that entity need not answer it).
 
     The cache gives the question's vector, each item's (the stored chunk vector when the index holds
     it) and each item's units, encoded together per item (`VectorCache.group`) when not yet seen.
@@ -220,6 +226,8 @@ def read(query: str, items: Sequence[Mapping[str, Any]], cache: VectorCache) -> 
             n=int(item.get("n", i + 1)), title=title, cos=float(item_cos[i]),
             coverage=coverage(q_terms, own, title_terms), n_words=len(text.split()), units=unit_rows,
         ))
+    for item in seen:
+        held |= expand(content_terms(str(item.get("text", "")))) | expand(content_terms(str(item.get("title") or "")))
     everything = frozenset(held)
     ungrounded = tuple(name for name, terms in names(query) if not grounded(terms, everything))
     return Reading(query, kind, q_terms, tuple(readings), ungrounded)

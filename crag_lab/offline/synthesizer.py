@@ -406,7 +406,8 @@ def span_first(reading: Reading, reader: Any) -> UnitReading | None:
 
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
-            scorer: Any = None, spans: Any = None, first_unit: bool = False) -> tuple[str, str | None]:
+            scorer: Any = None, spans: Any = None, first_unit: bool = False,
+            seen: Sequence[Mapping[str, object]] = ()) -> tuple[str, str | None]:
     """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for
     an answer, how it was read (the rules' best unit and its support, whether the span reader's unit
     was quoted first, where the bold lead came from). One reading, ranked with a learned ``scorer``
@@ -419,8 +420,9 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that
     is the reader's answer in the first quote's item (`span_lead`), and the rules' (`short_answer`)
     when it finds none there; without one, the rules'.
+    ``seen``: items the run's grader dropped, never quoted; the names check counts their names (`read`).
     """
-    reading = read(query, evidence, cache)
+    reading = read(query, evidence, cache, seen)
     choice = choose(reading, scorer)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
