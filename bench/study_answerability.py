@@ -57,9 +57,10 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
     box: dict[str, list[dict[str, Any]]] = {}
     original = synthesizer.respond
 
-    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache, *rest: Any) -> tuple[str, str | None]:
+    def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache, *rest: Any,
+            **named: Any) -> tuple[str, str | None]:  # named: ``seen``, the items the grader dropped
         box["evidence"] = [dict(e) for e in evidence]
-        return original(query, evidence, cache, *rest)
+        return original(query, evidence, cache, *rest, **named)
 
     synthesizer.respond = spy  # the offline model looks the function up on the module at each call
     out = []

@@ -15,7 +15,8 @@ Five recipes (``--recipe``), the same code, sized for the machine or continuing 
   kind of replay (1,500 SQuAD questions); one epoch of batches of 32.
 - ``rows`` (about twenty minutes on two cores): the same, with templated lookups over those tables
   instead of the questions people wrote (a row named by its subject, one other column asked:
-  `table_data.row_pairs`), the shape of a knowledge base's table questions.
+  `table_data.row_pairs`), the shape of a knowledge base's table questions. Tried, not shipped (the
+  data card): the shipped adapter already reads such lookups, and the KB read worse after.
 - ``gpu``: every SQuAD v1.1 train question outside the held-out articles, near-miss unanswerable
   groups from the question's own article, the READMEs of every environment named with ``--site``,
   and an adapter on every linear layer, two epochs of batches of 256. Run it in three steps:
