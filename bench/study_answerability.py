@@ -72,6 +72,10 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
                 out.append((row, box["evidence"]))
     finally:
         synthesizer.respond = original
+    asked = [r for r in rows if r.get("complexity") != "chitchat"]
+    if asked and not out:  # the spy never ran: a study would report empty rows as if measured
+        raise SystemExit(f"capture: none of {len(asked)} questions reached synthesizer.respond through the spy; "
+                         "its signature no longer matches the offline model's call")
     return out
 
 
