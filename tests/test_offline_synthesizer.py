@@ -243,3 +243,26 @@ def test_the_graph_tells_the_synthesizer_which_items_its_grader_dropped() -> Non
     assert [e["path"] for e in inputs["evidence"]] == [ACQUIRERS["path"]]
     assert {s["title"] for s in inputs["seen"]} == {MAESTRO["title"]}
     assert not [e for e in state["audit"] if e["event"] == "model_abstained" and "Maestro" in e.get("reason", "")]
+
+
+class _DropsMaestroEveryRound(_GradesFirstOnly):
+    """Grades the acquirers item 0.5 (not enough: the loop searches again) and every other item 0.05."""
+
+    def complete(self, task, prompt, inputs):  # type: ignore[no-untyped-def]
+        if task == "grade":
+            return ModelReply(json.dumps([0.5 if "acquirer" in i["text"] else 0.05 for i in inputs["items"]]), 1, 1)
+        return super().complete(task, prompt, inputs)
+
+
+def test_an_item_dropped_in_several_rounds_is_told_to_the_synthesizer_once() -> None:
+    rows = [{"text": item["text"], "path": item["path"], "line": 1, "line_end": 6, "score": s, "title": item["title"]}
+            for item, s in ((ACQUIRERS, 0.6), (MAESTRO, 0.5))]
+    config = CragConfig(routing=False, prefilter=False)
+    model = _DropsMaestroEveryRound()
+    state = build_graph(model, [StaticTool("vector_search", rows), StaticTool("keyword_search", rows)], config).invoke(
+        initial_state("Which acquirer is the default for Maestro cards?"), {"recursion_limit": config.recursion_limit})
+    dropped = [i["id"] for i in state["dropped"]]
+    assert len(dropped) > len(set(dropped)) == 1  # dropped in more than one round
+    [inputs] = model.synthesized
+    assert [s["title"] for s in inputs["seen"]] == [MAESTRO["title"]]
+

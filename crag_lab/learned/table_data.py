@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crag_lab.learned.data import Pair, _norm, unit_text
+from crag_lab.learned.data import _ROW_TEMPLATES, Pair, _norm, unit_text
 from crag_lab.offline.units import units_of
 
 __all__ = ["WTQ_SOURCE", "WtqQuestion", "held_out_table", "lookup_rows", "read_questions", "read_table",
@@ -176,8 +176,6 @@ def row_pairs(folder: str | Path, *, held_out: bool = False, per_table: int = 3,
     (label 1) and up to ``negatives`` other rows of the table (0); for ``other_share`` of the questions
     also up to 4 rows of another kept table, an unanswerable group.
     """
-    from crag_lab.learned.data import _ROW_TEMPLATES
-
     folder = Path(folder)
     rng = random.Random(seed)
     names = sorted({q.table for q in read_questions(folder) if held_out_table(q.table) == held_out})

@@ -46,8 +46,9 @@ def make_synthesize(deps: Deps) -> Node:
                       "evidence": [{"n": n, "text": strip_stats_blocks(i["text"]), "path": i.get("path"),
                                     "title": i.get("title")} for n, i in enumerate(context, 1)]}
             kept = {i["id"] for i in context}
-            seen = [{"text": strip_stats_blocks(i["text"]), "title": i.get("title")}
-                    for i in state.get("dropped", []) if i["id"] not in kept]
+            # An item dropped in several rounds is told once.
+            dropped = {i["id"]: i for i in state.get("dropped", []) if i["id"] not in kept}
+            seen = [{"text": strip_stats_blocks(i["text"]), "title": i.get("title")} for i in dropped.values()]
             if seen:  # found by this run's searches, dropped by the grader: never quoted, only known to exist
                 inputs["seen"] = seen
             reply, record = deps.call(NODE, "synthesize", prompt, inputs, log, iteration=state.get("iteration", 0))
