@@ -15,6 +15,10 @@ Fitted on (training sources; none is an evaluation set, none was seen by the ans
 - ``docs``: templated questions (`crag_lab.learned.data.doc_pairs`) over the READMEs the scorer
   held out, each against the chunk holding the answer and the 7 nearest chunks of the same README;
   a quarter also against another README's 8 nearest chunks (every item negative).
+- ``multihop`` (with ``fit_grader.py --multihop DIR``): multi-hop questions people wrote, from their
+  **train** splits, with the paragraphs they came with (`multihop_groups`): HotpotQA train in the
+  distractor setting (10 paragraphs, the supporting ones gold) and MuSiQue train (its supporting
+  paragraphs and the non-supporting ones nearest the question by MiniLM, 10 in all).
 
 Measured only (evaluation sets, never fitted): ``kb-test`` (the frozen test split, as ``kb``) and
 ``hotpotqa`` (HotpotQA distractor dev: each question's 10 paragraphs, the 2 supporting ones gold).
@@ -39,6 +43,8 @@ CANDIDATES = 8
 """Items per question, as a retriever's top-k would hand them to the grader."""
 PER_TOOL = 8
 UNANSWERABLE_SHARE = 0.25
+MULTIHOP_ITEMS = 10
+"""Items per MuSiQue question (it comes with 20), as many as a HotpotQA question brings."""
 
 
 def group(domain: str, gid: str, query: str, items: list[dict[str, Any]], labels: list[bool]) -> dict[str, Any]:
@@ -83,6 +89,35 @@ def hotpot_groups(folder: Path) -> list[dict[str, Any]]:
             items.append({"text": passage_markdown(Passage(doc_id, doc.get("title", ""), doc["text"])),
                           "title": doc.get("title", ""), "path": passage_filename(doc_id)})
         out.append(group("hotpotqa", q["id"], q["question"], items, [d in gold for d in q["context_doc_ids"]]))
+    return out
+
+
+def multihop_groups(folder: Path, cache: VectorCache) -> list[dict[str, Any]]:
+    """``hotpotqa_train.json`` (HotpotQA's own format) and ``musique_train.json`` (MuSiQue's) in ``folder``,
+    each question against its paragraphs (see the module). A file that is absent adds nothing."""
+    from crag_lab.eval.datasets import Passage, passage_filename, passage_markdown
+
+    def item(title: str, text: str) -> dict[str, Any]:
+        pid = "mh-" + hashlib.sha1("\x00".join((title, text)).encode()).hexdigest()[:10]
+        return {"text": passage_markdown(Passage(pid, title, text)), "title": title, "path": passage_filename(pid)}
+
+    out = []
+    hotpot = folder / "hotpotqa_train.json"
+    for q in json.loads(hotpot.read_text(encoding="utf-8")) if hotpot.is_file() else []:
+        gold = {title for title, _ in q["supporting_facts"]}
+        items = [item(title, " ".join(sentences)) for title, sentences in q["context"]]
+        out.append(group("multihop", f"hotpotqa-train/{q['_id']}", q["question"], items,
+                         [title in gold for title, _ in q["context"]]))
+    musique = folder / "musique_train.json"
+    for q in json.loads(musique.read_text(encoding="utf-8")) if musique.is_file() else []:
+        paragraphs = q["paragraphs"]
+        items = [item(p["title"], p["paragraph_text"]) for p in paragraphs]
+        vectors = _vectors(items, cache)
+        gold = [i for i, p in enumerate(paragraphs) if p["is_supporting"]]
+        others = [i for i in range(len(paragraphs)) if i not in gold]
+        chosen = sorted(gold + _nearest(cache.query(q["question"]), vectors, others, MULTIHOP_ITEMS - len(gold)))
+        out.append(group("multihop", f"musique-train/{q['id']}", q["question"], [items[i] for i in chosen],
+                         [i in gold for i in chosen]))
     return out
 
 

@@ -4,8 +4,9 @@ Label: "this item helps answer the question" — it overlaps a labelled answer l
 and how their items are drawn are in ``bench/_grader_domains.py``:
 
 - fitted: ``kb`` (the knowledge base's tuning questions, never the frozen test split), ``squad``
-  (SQuAD v1.1 train articles the answer scorer held out, with unanswerable questions) and ``docs``
-  (READMEs the answer scorer held out, templated questions) — training sources only;
+  (SQuAD v1.1 train articles the answer scorer held out, with unanswerable questions), ``docs``
+  (READMEs the answer scorer held out, templated questions) and ``multihop`` (HotpotQA and MuSiQue
+  **train** questions with their paragraphs, `MULTIHOP`; see below) — training sources only;
 - measured, never fitted: ``kb-test`` (the frozen test split) and ``hotpotqa`` (HotpotQA distractor
   dev, ``../shared/datasets``).
 
@@ -20,6 +21,10 @@ all of them is measured on the held-out domains. Every number written is out of 
 
     .venv/bin/python bench/fit_grader.py             # fit, report, write the JSON and docs/dev/grader_fit.md
     .venv/bin/python bench/fit_grader.py --no-write  # report only
+
+The multihop files are ``data/hotpotqa_train.json`` and ``data/musique_train.json`` of
+github.com/OSU-NLP-Group/HippoRAG, branch ``legacy`` (commit b144c46; sha256 6c0e2689… and bca67474…),
+100 questions each, copied into ``.cache/multihop/`` (``git show b144c46:data/hotpotqa_train.json``).
 
 Vectors are kept in ``.cache/grader/vectors.sqlite`` and scorer probabilities in
 ``.cache/grader/scorer-<its fingerprint>.sqlite`` (git-ignored). Needs scikit-learn (dev extra) and ../shared/train
@@ -43,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _grader_domains import CachedScorer, docs_groups, hotpot_groups, kb_groups, squad_groups  # noqa: E402
+from _grader_domains import CachedScorer, docs_groups, hotpot_groups, kb_groups, multihop_groups, squad_groups  # noqa: E402
 
 from crag_lab.offline.grader import BRIDGE_FEATURE, SCORER_FEATURE, bridge_scores, scorer_logits  # noqa: E402
 from crag_lab.offline.reading import GRADER_FEATURES, features, read  # noqa: E402
@@ -57,7 +62,10 @@ CACHE = ROOT / ".cache" / "grader"
 SITES = [str(p) for p in (ROOT / ".venv-phoenix" / "lib").glob("python3*/site-packages")]
 OUT = ROOT / "crag_lab" / "_data" / "grader_calibration.json"
 REPORT = ROOT / "docs" / "dev" / "grader_fit.md"
-FITTED = ("kb", "squad", "docs")
+MULTIHOP = ROOT / ".cache" / "multihop"
+"""Default folder of the multi-hop training files (`_grader_domains.multihop_groups`; docs/dev/grader_fit.md says
+where they come from)."""
+FITTED = ("kb", "squad", "docs", "multihop")
 HELD_OUT = ("kb-test", "hotpotqa")
 FOLDS = 5
 C = 1.0
@@ -74,7 +82,7 @@ BOOTSTRAP = 1000
 SHIPS = "offline features + scorer + bridge (ships)"
 
 
-def domains(cache: VectorCache, trained: dict[str, Any]) -> list[dict[str, Any]]:
+def domains(cache: VectorCache, trained: dict[str, Any], multihop: Path | None = MULTIHOP) -> list[dict[str, Any]]:
     """Every labelled group, fitted domains first; a domain whose source is absent is skipped, said so.
     ``trained`` is the answer scorer's card (its seed and held-out documents pick the held-out sources)."""
     groups = kb_groups(ROOT, KB_QUERIES, "kb")
@@ -84,6 +92,10 @@ def domains(cache: VectorCache, trained: dict[str, Any]) -> list[dict[str, Any]]
         print(f"skipping squad: {TRAIN} not found")
     groups += docs_groups(cache, names=trained["held_out_documents"], sites=SITES, seed=int(trained["seed"]),
                           per_doc=DOCS_PER_README)
+    if multihop is not None and multihop.is_dir():
+        groups += multihop_groups(multihop, cache)
+    elif multihop is not None:
+        print(f"skipping multihop: {multihop} not found")
     groups += kb_groups(ROOT, KB_TEST, "kb-test")
     if HOTPOT.exists():
         groups += hotpot_groups(HOTPOT)
@@ -251,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="report only; leave the calibration JSON alone")
     parser.add_argument("--scorer", help="fit with a candidate answer scorer's folder instead of the one that ships "
                                          "(report only: the calibration must match the scorer that ships)")
+    parser.add_argument("--multihop", type=Path, default=MULTIHOP,
+                        help="folder holding hotpotqa_train.json and musique_train.json (default: %(default)s)")
+    parser.add_argument("--no-multihop", action="store_true", help="leave the multihop domain out")
     args = parser.parse_args(argv)
     if args.scorer:
         args.no_write = True
@@ -260,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(store=CACHE / "vectors.sqlite", model_name="sentence-transformers/all-MiniLM-L6-v2")
     scorer = AnswerScorer.load(args.scorer)
-    groups = domains(cache, AnswerScorer.load().card.trained)  # the held-out sources stay the shipped scorer's
+    groups = domains(cache, AnswerScorer.load().card.trained,  # the held-out sources stay the shipped scorer's
+                     None if args.no_multihop else args.multihop)
     x, y, q, d = extract(groups, cache, CachedScorer(scorer, CACHE / f"scorer-{fingerprint(args.scorer)}.sqlite"))
     if not args.scorer:
         np.savez_compressed(CACHE / "features.npz", x=x, y=y, q=q, d=d)  # for studies of other model forms
@@ -300,7 +316,9 @@ def report_markdown(results: dict[str, tuple[dict[str, Any], dict[str, Any]]], m
              "fitted on all fitted domains. Accuracy is at a 0.5 cut, raw (on each domain's own mix of gold and "
              "non-gold items, the way the CRAG paper reports its evaluator: 84.3 %) and at even odds. "
              "How the domains are drawn: `bench/_grader_domains.py`; what a grade means: "
-             "[grader_calibration.md](grader_calibration.md).", "",
+             "[grader_calibration.md](grader_calibration.md). The `multihop` domain is 100 HotpotQA and 100 MuSiQue "
+             "**train** questions with their paragraphs (github.com/OSU-NLP-Group/HippoRAG, branch `legacy`, commit "
+             "b144c46: `data/hotpotqa_train.json`, `data/musique_train.json`; CC BY-SA 4.0 and CC BY 4.0).", "",
              "| grader | domain | how | items | gold | AUROC | ECE (even odds) | accuracy | accuracy (even odds) | "
              "gold kept at 0.3 | gold ≥ 0.7 | non-gold < 0.3 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, (reports, _) in results.items():

@@ -51,16 +51,19 @@ CUTS = (0.3, 0.4, 0.5, 0.6)
 
 
 def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
-            mode: str = "knowledge_base") -> list[tuple[Mapping[str, Any], list[dict[str, Any]]]]:
-    """(row, the evidence the synthesizer was given) for each non-chitchat question that reached it,
-    asked in graph ``mode``."""
-    box: dict[str, list[dict[str, Any]]] = {}
+            mode: str = "knowledge_base") -> list[tuple[Mapping[str, Any], list[dict[str, Any]], list[dict[str, Any]], str]]:
+    """(row, the evidence the synthesizer was given, the items the run's grader dropped that it was given as
+    ``seen``, the answer it gave) for each non-chitchat question that reached it, asked in graph ``mode``. A
+    study that answers again from the evidence passes ``seen`` too, so that it reads what the graph read."""
+    box: dict[str, Any] = {}
     original = synthesizer.respond
 
     def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache, *rest: Any,
-            **named: Any) -> tuple[str, str | None]:  # named: ``seen``, the items the grader dropped
+            **named: Any) -> tuple[str, str | None]:
         box["evidence"] = [dict(e) for e in evidence]
-        return original(query, evidence, cache, *rest, **named)
+        box["seen"] = [dict(e) for e in named.get("seen", ())]
+        box["answer"] = original(query, evidence, cache, *rest, **named)
+        return box["answer"]
 
     synthesizer.respond = spy  # the offline model looks the function up on the module at each call
     out = []
@@ -69,7 +72,7 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
             box.clear()
             lab.ask(row["question"], mode=mode)
             if "evidence" in box and row.get("complexity") != "chitchat":
-                out.append((row, box["evidence"]))
+                out.append((row, box["evidence"], box["seen"], box["answer"][0]))
     finally:
         synthesizer.respond = original
     asked = [r for r in rows if r.get("complexity") != "chitchat"]
@@ -79,8 +82,9 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
     return out
 
 
-def features(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache) -> list[float] | None:
-    reading = read(query, evidence, cache)
+def features(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache,
+             seen: Sequence[Mapping[str, Any]] = ()) -> list[float] | None:
+    reading = read(query, evidence, cache, seen)
     choice = synthesizer.choose(reading)
     if not choice.units:
         return None
@@ -105,8 +109,8 @@ def domain_matrix(lab: Any, rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarr
     model = lab.model
     assert isinstance(model, OfflineModel), "the study reads the offline model's own vectors"
     x, y = [], []
-    for row, evidence in capture(lab, rows):
-        f = features(row["question"], evidence, model.vectors)
+    for row, evidence, seen, _ in capture(lab, rows):
+        f = features(row["question"], evidence, model.vectors, seen)
         if f is not None:
             x.append(f)
             y.append(bool(row["answerable"]))

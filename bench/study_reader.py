@@ -126,22 +126,23 @@ def kb_cases(lab: Any) -> dict[str, list[dict[str, Any]]]:
         queries = {q.id: q for q in load_dataset(path).queries}
         rows = [q.row() for q in queries.values() if q.complexity != "chitchat"]
         cases = []
-        for row, evidence in capture(lab, rows):
+        for row, evidence, seen, _ in capture(lab, rows):
             q = queries[row["id"]]
             for item in evidence:
                 item["line"], item["line_end"] = _lines(str(item.get("path", "")), str(item["text"]), files)
             cases.append({"question": q.question, "answers": list(q.answers), "answerable": q.answerable,
-                          "gold": [[g.path, g.start, g.end] for g in q.gold], "evidence": evidence})
+                          "gold": [[g.path, g.start, g.end] for g in q.gold], "evidence": evidence, "seen": seen})
         out[split] = cases
     CAPTURED.parent.mkdir(parents=True, exist_ok=True)
     CAPTURED.write_text(json.dumps(out), encoding="utf-8")
     return out
 
 
-def score(cases: Sequence[Mapping[str, Any]], answer: Callable[[str, list[dict[str, Any]]], str]) -> dict[str, Any]:
+def score(cases: Sequence[Mapping[str, Any]],
+          answer: Callable[[str, list[dict[str, Any]], list[dict[str, Any]]], str]) -> dict[str, Any]:
     contained, em, f1, precision, abst_u, abst_a = [], [], [], [], [], []
     for case in cases:
-        text = answer(case["question"], case["evidence"])
+        text = answer(case["question"], case["evidence"], case.get("seen", []))
         abstained = m.is_abstention(text)
         by_n = {int(e.get("n", i + 1)): e for i, e in enumerate(case["evidence"])}
         cited = [by_n[int(n)] for n in dict.fromkeys(_MARK.findall(text)) if int(n) in by_n]
@@ -269,8 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for variant, (context, reader, lead, first) in variants(scorer, spans).items():
         log(f"reader study: {variant}")
         with context():
-            rows[variant] = {name: score(cases, lambda q, ev, r=reader, sp=lead, f=first:
-                                         synthesizer.respond(q, ev, cache, r, sp, f)[0]) for name, cases in sets.items()}
+            rows[variant] = {name: score(cases, lambda q, ev, seen, r=reader, sp=lead, f=first:
+                                         synthesizer.respond(q, ev, cache, r, sp, f, seen)[0]) for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
               "span_first_margin": synthesizer.SPAN_FIRST_MARGIN, "read_units": synthesizer.READ_UNITS}

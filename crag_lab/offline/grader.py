@@ -5,11 +5,12 @@ with the item and with its best unit, the share of the question's words they hol
 holds the kind of answer asked for, its length), the learned answer scorer's reading of the
 item's best units (`SCORER_FEATURE`, `crag_lab.learned.AnswerScorer`) and the bridge — how well the
 question matches another item that names this one (`BRIDGE_FEATURE`, `bridge_scores`) — go through a logistic
-regression fitted by ``bench/fit_grader.py`` on labelled items of three training domains — the
+regression fitted by ``bench/fit_grader.py`` on labelled items of four training domains — the
 knowledge base's tuning questions (items retrieved for them, gold when they overlap a labelled
-answer location), SQuAD v1.1 train articles the scorer never saw, and public README files the
-scorer never saw — and committed in ``crag_lab/_data/grader_calibration.json``. Evaluation sets
-(HotpotQA dev, the knowledge base's test split) are only measured, never fitted.
+answer location), SQuAD v1.1 train articles the scorer never saw, public README files the
+scorer never saw, and HotpotQA and MuSiQue train questions with their paragraphs — and committed
+in ``crag_lab/_data/grader_calibration.json``. Evaluation sets (HotpotQA dev, the knowledge base's
+test split) are only measured, never fitted.
 
 So a score reads as the spec means it: ≥ 0.7, this item is likely enough to answer; < 0.3, it
 is probably noise. Grades are fitted at even odds (helpful and unhelpful items weighted equally),
