@@ -357,3 +357,32 @@ def test_fit_router_trains_a_token_reader_that_loads(tmp_path: Path) -> None:
     probs = TokenReader.load(tmp_path / "out").predict(["hello", "Who founded X?"])
     assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
 
+
+
+def test_head_keeps_a_trained_head_and_measures_a_new_token_reader_beside_it(tmp_path: Path) -> None:
+    from crag_lab.embeddings import model_dir
+    from crag_lab.learned.fit_router import fit
+    from crag_lab.learned.router_data import CLASSES
+
+    train_dir = _tiny_train_dir(tmp_path / "train")
+    tiny = ["--train-dir", str(train_dir), "--work", str(tmp_path / "work"), "--per-class", "12", "--val-per-class", "4"]
+    train_main([*tiny, "--out", str(tmp_path / "head"), "--epochs", "5", "--batch", "8", "--hidden", "8"])
+    reader = tmp_path / "reader"
+    done = fit([("hi!", 0), ("Who founded X?", 1), ("Who founded X, and when was Y built?", 2)], CLASSES,
+               base=model_dir(), out=reader, work=tmp_path / "fit", batch=3, epochs=1.0, warmup=1)
+    (reader / "fit.json").write_text(json.dumps(done), encoding="utf-8")
+    train_main([*tiny, "--head", str(tmp_path / "head"), "--tuned", str(reader), "--out", str(tmp_path / "pair")])
+    head, pair = LearnedRouter.load(tmp_path / "head"), LearnedRouter.load(tmp_path / "pair")
+    assert all(np.array_equal(w0, w1) and np.array_equal(b0, b1)
+               for (w0, b0), (w1, b1) in zip(head.layers, pair.layers, strict=True))
+    assert pair.chitchat_min == head.chitchat_min and "tuned" not in head.trained
+    tuned = pair.trained["tuned"]
+    assert tuned["fit"]["steps"] == done["steps"] and (tmp_path / "pair" / "tuned" / "adapter_model.safetensors").is_file()
+    assert set(tuned["validation"]) == {"vector", "tokens", "both"} and tuned["validation"]["both"]["messages"] > 0
+    assert {k: v for k, v in pair.trained.items() if k != "tuned"} == head.trained
+
+
+@pytest.mark.parametrize(("extra", "says"), [([], "give --tuned READER"), (["--tuned", "r"], "holds no router.json")])
+def test_head_without_a_reader_or_a_router_folder_is_one_clear_line(tmp_path: Path, extra: list[str], says: str) -> None:
+    with pytest.raises(SystemExit, match=says):
+        train_main(["--train-dir", str(tmp_path), "--head", str(tmp_path / "nowhere"), *extra])

@@ -1,6 +1,6 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
-Five recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
+Six recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
@@ -23,6 +23,9 @@ Five recipes (``--recipe``), the same code, sized for the machine or continuing 
   ``--dump-pairs pairs.json.gz`` here, ``python crag_lab/learned/fit.py --pairs pairs.json.gz --base
   MODEL_DIR --out ADAPTER --device cuda ...`` there (it needs torch, transformers and peft only), and
   ``--adapter ADAPTER`` here to measure it on the held-out data and write the card.
+- ``mixed``: the ``gpu`` recipe from a fresh adapter, with 20,000 of its own questions also made
+  unanswerable by a near-miss change (as ``contrast`` makes them), so that the changes are learnt
+  beside everything else rather than on top of it. The same three steps.
 
 Seeded and resumable: the pairs are drawn with ``--seed``, the batches in a seeded order, and a
 checkpoint is written every ``--checkpoint-every`` steps to ``--work`` (`crag_lab.learned.fit`). The
@@ -95,6 +98,7 @@ RECIPES = {
     "contrast": Recipe(2500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, perturbed=8000, continues=True),
     "tables": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, tables=True),
     "rows": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, rows=True),
+    "mixed": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200, perturbed=20000),
 }
 
 
@@ -151,6 +155,7 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
 
     drawn = {r["id"] for r in train_rows}
     rest = [r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] if recipe.perturbed else []
+    rest = rest or (list(train_rows) if recipe.perturbed else [])  # every question drawn: perturb some of them
     contrast = perturbed_pairs(rng.sample(rest, min(recipe.perturbed, len(rest))), share=1.0, seed=seed) if rest else []
     tables = (wtq_pairs(wtq, seed=seed), wtq_pairs(wtq, held_out=True, seed=seed + 1)) if recipe.tables and wtq else ([], [])
     if recipe.rows and wtq:

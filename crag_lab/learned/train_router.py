@@ -218,6 +218,27 @@ def multihop_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def keep_head(args: argparse.Namespace, names: Sequence[tuple[str, str]], embed: Embed) -> LearnedRouter:
+    """``--head FOLDER --tuned READER``: the head in FOLDER unchanged, with the token reader beside it, measured
+    (`tuned_card`) and written to ``--out``. A head's weights depend on the machine's floating-point order, so this
+    is how a reader trained elsewhere is compared with, and shipped beside, the head that ships."""
+    if not args.tuned:
+        raise SystemExit("train_router: --head keeps a head and measures a new token reader beside it; give --tuned READER")
+    source = Path(args.head) / ROUTER_FILE
+    if not source.is_file():
+        raise SystemExit(f"train_router: --head {args.head} holds no {ROUTER_FILE}; give a router folder (train_router --out)")
+    head = LearnedRouter.load(args.head)
+    trained = {k: v for k, v in head.trained.items() if k != "tuned"}
+    bare = LearnedRouter(head.classes, head.layers, trained, head.chitchat_min)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trained["tuned"] = tuned_card(args, bare, names, out, Path(args.work), embed)
+    router = LearnedRouter(head.classes, head.layers, trained, head.chitchat_min)
+    (out / ROUTER_FILE).write_text(json.dumps(router.to_json(), indent=None, sort_keys=True) + "\n", encoding="utf-8")
+    print(json.dumps(trained["tuned"]["validation"]["both"], indent=1), flush=True)
+    return router
+
+
 def router_names() -> list[tuple[str, str]]:
     """The names from software documentation the router's questions borrow (`router_data.technical`): those of
     the READMEs of the distributions installed beside crag_lab (`crag_lab.learned.readmes`)."""
@@ -235,6 +256,8 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         dump_messages(args.dump, tuned_train, tuned_val)
         print(f"wrote {args.dump}: train {len(tuned_train)} {counts(tuned_train)}; validation {len(tuned_val)}", flush=True)
         raise SystemExit(0)
+    if args.head:  # keep a head trained before (it is not bit-reproducible across machines): only the reader is new
+        return keep_head(args, names, embed)
     train_msgs, val_msgs = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class,
                                  seed=args.seed)
     print(f"messages: train {len(train_msgs)} {counts(train_msgs)}; validation {len(val_msgs)}", flush=True)
@@ -293,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--multihop", help="with --dump or --tuned: a JSON-lines file of multi-hop questions people "
                                            "wrote (HotpotQA train) for the complex class (router_data.multihop_messages)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
+    parser.add_argument("--head", help="with --tuned: keep the head in this router folder instead of training one")
     parser.add_argument("--no-technical", dest="technical", action="store_false",
                         help="leave out the names from software documentation (router_data.technical)")
     train(parser.parse_args(argv))
