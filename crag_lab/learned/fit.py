@@ -51,6 +51,20 @@ def write_pairs(path: str | Path, pairs: Sequence[tuple[str, str, int]]) -> None
         json.dump({"questions": list(qi), "texts": list(ti), "pairs": rows}, f, separators=(",", ":"))
 
 
+def unpack(base: str | Path) -> None:
+    """Unpack ``model.safetensors.xz`` in ``base`` (a copy made by ``python -m crag_lab.learned.base_copy`` to fit
+    a GPU machine's transfer) when the plain weights file is not there yet."""
+    import lzma
+    import shutil
+
+    packed, plain = Path(base) / "model.safetensors.xz", Path(base) / "model.safetensors"
+    if packed.is_file() and not plain.is_file():
+        partial = plain.with_suffix(".partial")
+        with lzma.open(packed) as f, open(partial, "wb") as g:
+            shutil.copyfileobj(f, g)
+        partial.rename(plain)
+
+
 def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
     """MiniLM from ``base`` as a sequence classifier (float32, a fresh ``num_labels`` head) and its tokenizer."""
     import torch
@@ -59,6 +73,7 @@ def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
 
     hf_logging.set_verbosity_error()  # "some weights were newly initialised": the adapter replaces them
     hf_logging.disable_progress_bar()
+    unpack(base)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=num_labels, dtype=torch.float32)
     return model, tokenizer
