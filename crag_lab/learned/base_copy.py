@@ -50,13 +50,10 @@ def write_copy(source: str | Path, out: str | Path, texts: Iterable[str]) -> dic
         shutil.copyfile(source / name, out / name)
     tokenizer = AutoTokenizer.from_pretrained(str(source))
     used = set(tokenizer.all_special_ids)
-    batch: list[str] = []
-    for text in [*texts, ""]:
-        batch.append(text)
-        if len(batch) == 4096 or text == "":
-            for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
-                used.update(ids)
-            batch = []
+    texts = list(texts)
+    for start in range(0, len(texts), 4096):
+        for ids in tokenizer(texts[start:start + 4096], add_special_tokens=False)["input_ids"]:
+            used.update(ids)
     state = {k: v.half() for k, v in load_file(str(source / "model.safetensors")).items()}
     key = next(k for k in state if k.endswith("word_embeddings.weight"))
     keep = torch.zeros(state[key].shape[0], dtype=torch.bool)
