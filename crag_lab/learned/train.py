@@ -155,8 +155,9 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
         return same_article_pairs(rows, share=recipe.same_share, seed=s) if recipe.same_share else []
 
     drawn = {r["id"] for r in train_rows}
-    rest = [r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] if recipe.perturbed else []
-    rest = rest or (list(train_rows) if recipe.perturbed else [])  # every question drawn: perturb some of them
+    # questions left over to perturb; when every training question was drawn (``mixed``), some of those
+    rest = ([r for r in squad if r["title"] not in held_titles and r["id"] not in drawn] or list(train_rows)
+            if recipe.perturbed else [])
     contrast = perturbed_pairs(rng.sample(rest, min(recipe.perturbed, len(rest))), share=1.0, seed=seed) if rest else []
     tables = (wtq_pairs(wtq, seed=seed), wtq_pairs(wtq, held_out=True, seed=seed + 1)) if recipe.tables and wtq else ([], [])
     if recipe.rows and wtq:
