@@ -115,8 +115,9 @@ def f1(prediction: str, answer: str) -> float:
 def fit(rows: Sequence[tuple[str, str, int, str, str]], *, base: str | Path, out: str | Path, work: str | Path,
         seed: int = 13, rank: int = 16, lr: float = 1e-3, batch: int = 64, epochs: float = 2.0,
         max_length: int = 256, stride: int = 96, warmup: int = 200, checkpoint_every: int = 500,
-        device: str = "cpu", log_every: int = 50) -> dict[str, Any]:
-    """Train the adapter and head on ``rows`` and save them to ``out``; what was done, as a dict."""
+        device: str = "cpu", log_every: int = 50, init: str | Path | None = None) -> dict[str, Any]:
+    """Train the adapter and head on ``rows`` and save them to ``out``; what was done, as a dict. With ``init``
+    (an adapter folder, e.g. the shipped reader's) training continues from it instead of a fresh adapter."""
     import torch
     from peft import LoraConfig
 
@@ -124,7 +125,7 @@ def fit(rows: Sequence[tuple[str, str, int, str, str]], *, base: str | Path, out
     work, out = Path(work), Path(out)
     work.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_base(base)
-    model = adapted(model, work, None, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=TARGETS,
+    model = adapted(model, work, init, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=TARGETS,
                                                   modules_to_save=["qa_outputs"], task_type="QUESTION_ANS"))
     model.to(device)
     t0 = time.time()
@@ -151,6 +152,7 @@ def fit(rows: Sequence[tuple[str, str, int, str, str]], *, base: str | Path, out
     model.save_pretrained(str(out))
     return {"seed": seed, "rank": rank, "targets": "all", "lr": lr, "batch": batch, "epochs": epochs, "steps": steps,
             "windows": len(labels), "max_length": max_length, "stride": stride, "device": device,
+            "init": str(init) if init is not None else None,
             "minutes": round((time.time() - started) / 60, 1)}
 
 
@@ -211,12 +213,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--stride", type=int, default=96)
     parser.add_argument("--checkpoint-every", type=int, default=500)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--init", help="an adapter folder to continue training from (default: a fresh adapter)")
     args = parser.parse_args(argv)
     rows = read_examples(args.examples)
     print(f"{len(rows)} examples, {sum(1 for r in rows if r[2] >= 0)} answerable", flush=True)
     done = fit(rows, base=args.base, out=args.out, work=args.work, seed=args.seed, rank=args.rank, lr=args.lr,
                batch=args.batch, epochs=args.epochs, max_length=args.max_length, stride=args.stride,
-               warmup=args.warmup, checkpoint_every=args.checkpoint_every, device=args.device)
+               warmup=args.warmup, checkpoint_every=args.checkpoint_every, device=args.device, init=args.init)
     (Path(args.out) / "fit.json").write_text(json.dumps(done, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(done), flush=True)
     if args.val:

@@ -22,6 +22,7 @@ from pathlib import Path
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.span_data import build, doc_examples, write_examples
 from crag_lab.learned.train import documentation, held_out_documents, held_out_titles
+from crag_lab.learned.written_unanswerable import contrast_examples, read_pairs
 
 VALIDATION_QUESTIONS = 2000
 """Held-out SQuAD questions measured after training (with their near misses and other articles)."""
@@ -60,6 +61,30 @@ def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
     return {"train": dict(Counter(e.source for e in train)), "validation": dict(Counter(e.source for e in val))}
 
 
+def dump_written(train_dir: Path, source: Path, out: Path, *, seed: int = 13, pairs: int | None = None,
+                 replay: int | None = None) -> dict[str, dict[str, int]]:
+    """Examples that continue a trained reader on written unanswerable questions (``fit_spans.py --init``):
+    UnAnsQ's pairs (`written_unanswerable.read_pairs`, from ``source``) outside the held-out articles, each
+    paragraph read both ways, beside the first recipe's examples (`span_data.build`: answerable, near
+    misses, other articles) so that it does not forget them. ``pairs`` and ``replay`` draw that many of
+    each (the CPU recipe); None keeps all. Validation: the pairs of the held-out articles."""
+    squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
+    held = held_out_titles(squad, random.Random(seed))
+    found = read_pairs(source, squad)
+    pick = random.Random(f"written/{seed}")
+    chosen = [p for p in found if p["title"] not in held]
+    chosen = pick.sample(chosen, min(pairs, len(chosen))) if pairs is not None else chosen
+    base = build([r for r in squad if r["title"] not in held], seed=seed)
+    base = pick.sample(base, min(replay, len(base))) if replay is not None else base
+    train = contrast_examples(chosen) + base
+    pick.shuffle(train)
+    val = contrast_examples([p for p in found if p["title"] in held])
+    out.mkdir(parents=True, exist_ok=True)
+    write_examples(out / "train.json.gz", train)
+    write_examples(out / "val.json.gz", val)
+    return {"train": dict(Counter(e.source for e in train)), "validation": dict(Counter(e.source for e in val))}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.train_spans", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-dir", required=True, help="folder with squad11_train.jsonl.gz and squad2_train_excerpt.jsonl.gz")
@@ -70,7 +95,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="with --docs: a further site-packages folder whose distributions' READMEs are read too")
     parser.add_argument("--perturb", type=float, default=0.0,
                         help="share of training questions that also get a perturbed, unanswerable twin (not shipped)")
+    parser.add_argument("--written", type=Path,
+                        help="an UnAnsQ checkout or git directory: write examples that continue a trained reader on "
+                             "written unanswerable questions instead (dump_written)")
+    parser.add_argument("--pairs", type=int, help="with --written: draw this many pairs (default: all)")
+    parser.add_argument("--replay", type=int, help="with --written: draw this many first-recipe examples (default: all)")
     args = parser.parse_args(argv)
+    if args.written is not None:
+        print(dump_written(Path(args.train_dir), args.written, Path(args.dump), seed=args.seed, pairs=args.pairs,
+                           replay=args.replay), flush=True)
+        return
     print(dump(Path(args.train_dir), Path(args.dump), seed=args.seed, docs=args.docs, sites=args.site,
                perturb=args.perturb), flush=True)
 
