@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from crag_lab.learned.router_data import read_jsonl
-from crag_lab.learned.span_data import build, doc_examples, write_examples
+from crag_lab.learned.span_data import SpanExample, build, doc_examples, write_examples
 from crag_lab.learned.train import documentation, held_out_documents, held_out_titles
 from crag_lab.learned.written_unanswerable import contrast_examples, read_pairs
 
@@ -47,7 +47,15 @@ def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
                   perturb_share=perturb, seed=seed)
     val_rows = rng.sample([r for r in squad if r["title"] in held], VALIDATION_QUESTIONS)
     val = build(val_rows, [r for r in excerpt if r["title"] != first], seed=seed + 1)
-    readmes = documentation(sites) if docs else []
+    if docs:
+        add_docs(train, val, sites, seed=seed)
+    return write(out, train, val)
+
+
+def add_docs(train: list[SpanExample], val: list[SpanExample], sites: Sequence[str], *, seed: int) -> None:
+    """Templated questions over the installed distributions' READMEs (and those in ``sites``): the
+    held-out READMEs' to ``val``, the others' `DOCS_REPEAT` times to ``train``."""
+    readmes = documentation(sites)
     held_docs = held_out_documents([name for name, *_ in readmes])
     for name, _, _, body in readmes:
         examples = doc_examples(name, body, seed=seed)
@@ -55,6 +63,10 @@ def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
             val += examples
         else:
             train += examples * DOCS_REPEAT
+
+
+def write(out: Path, train: Sequence[SpanExample], val: Sequence[SpanExample]) -> dict[str, dict[str, int]]:
+    """Write ``train.json.gz`` and ``val.json.gz`` under ``out``; the examples per source of each."""
     out.mkdir(parents=True, exist_ok=True)
     write_examples(out / "train.json.gz", train)
     write_examples(out / "val.json.gz", val)
@@ -62,12 +74,13 @@ def dump(train_dir: Path, out: Path, *, seed: int = 13, docs: bool = False,
 
 
 def dump_written(train_dir: Path, source: Path, out: Path, *, seed: int = 13, pairs: int | None = None,
-                 replay: int | None = None) -> dict[str, dict[str, int]]:
+                 replay: int | None = None, docs: bool = False, sites: Sequence[str] = ()) -> dict[str, dict[str, int]]:
     """Examples that continue a trained reader on written unanswerable questions (``fit_spans.py --init``):
     UnAnsQ's pairs (`written_unanswerable.read_pairs`, from ``source``) outside the held-out articles, each
     paragraph read both ways, beside the first recipe's examples (`span_data.build`: answerable, near
     misses, other articles) so that it does not forget them. ``pairs`` and ``replay`` draw that many of
-    each (the CPU recipe); None keeps all. Validation: the pairs of the held-out articles."""
+    each (the CPU recipe); None keeps all. Validation: the pairs of the held-out articles. ``docs`` and
+    ``sites`` add README examples as `dump` does (`add_docs`), after the draw."""
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held = held_out_titles(squad, random.Random(seed))
     found = read_pairs(source, squad)
@@ -79,10 +92,9 @@ def dump_written(train_dir: Path, source: Path, out: Path, *, seed: int = 13, pa
     train = contrast_examples(chosen) + base
     pick.shuffle(train)
     val = contrast_examples([p for p in found if p["title"] in held])
-    out.mkdir(parents=True, exist_ok=True)
-    write_examples(out / "train.json.gz", train)
-    write_examples(out / "val.json.gz", val)
-    return {"train": dict(Counter(e.source for e in train)), "validation": dict(Counter(e.source for e in val))}
+    if docs:
+        add_docs(train, val, sites, seed=seed)
+    return write(out, train, val)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -103,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.written is not None:
         print(dump_written(Path(args.train_dir), args.written, Path(args.dump), seed=args.seed, pairs=args.pairs,
-                           replay=args.replay), flush=True)
+                           replay=args.replay, docs=args.docs, sites=args.site), flush=True)
         return
     print(dump(Path(args.train_dir), Path(args.dump), seed=args.seed, docs=args.docs, sites=args.site,
                perturb=args.perturb), flush=True)
