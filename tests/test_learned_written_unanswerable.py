@@ -93,3 +93,18 @@ def test_the_continuation_examples_draw_pairs_and_first_recipe_examples_the_same
     dump_written(train_dir, source, tmp_path / "b", pairs=1, replay=1)
     assert (tmp_path / "a" / "train.json.gz").read_bytes() == (tmp_path / "b" / "train.json.gz").read_bytes()
     assert any(e.start == -1 and e.source == "written-unanswerable" for e in read_examples(tmp_path / "a" / "train.json.gz"))
+
+
+def test_the_scorer_reads_every_unit_of_a_written_unanswerable_paragraph_as_no_answer(tmp_path: Path) -> None:
+    from crag_lab.learned.written_unanswerable import scorer_pairs
+
+    pairs = scorer_pairs(read_pairs(write_qg(tmp_path / "unansq"), SQUAD))
+    assert pairs and {(p.label, p.source, p.group) for p in pairs} == {(0, "written-unanswerable", "u1")}
+    assert all(p.question == "what was greece's employment rate in 2009?" for p in pairs)
+
+
+def test_the_written_scorer_recipe_without_its_data_says_where_to_get_it(tmp_path: Path) -> None:
+    from crag_lab.learned.train import RECIPES, build
+
+    with pytest.raises(SystemExit, match="pass --written with a clone"):
+        build(tmp_path, recipe=RECIPES["written"], seed=13)

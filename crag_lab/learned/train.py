@@ -1,6 +1,6 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
-Six recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
+Seven recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
@@ -23,6 +23,10 @@ Six recipes (``--recipe``), the same code, sized for the machine or continuing t
   ``--dump-pairs pairs.json.gz`` here, ``python crag_lab/learned/fit.py --pairs pairs.json.gz --base
   MODEL_DIR --out ADAPTER --device cuda ...`` there (it needs torch, transformers and peft only), and
   ``--adapter ADAPTER`` here to measure it on the held-out data and write the card.
+- ``written``: the ``gpu`` recipe from a fresh adapter, with the written unanswerable questions of
+  SQuAD 2.0 train that UnAnsQ pairs with their paragraphs (``--written``, an UnAnsQ checkout or git
+  directory; `crag_lab.learned.written_unanswerable`): those of the held-out articles are validation.
+  The same three steps. Not trained yet (it wants a GPU).
 - ``mixed``: the ``gpu`` recipe from a fresh adapter, with 20,000 of its own questions also made
   unanswerable by a near-miss change (as ``contrast`` makes them), so that the changes are learnt
   beside everything else rather than on top of it. The same three steps. Tried, not shipped (the data
@@ -69,6 +73,7 @@ from crag_lab.learned.readmes import documentation
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
 from crag_lab.learned.table_data import row_pairs, wtq_pairs
+from crag_lab.learned.written_unanswerable import read_pairs, scorer_pairs
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class Recipe:
     continues: bool = False  # train on from an adapter (``--init``) instead of a fresh one
     tables: bool = False  # add WikiTableQuestions' lookup questions (``--wtq``, `table_data.wtq_pairs`)
     rows: bool = False  # add templated lookups over WikiTableQuestions' tables (``--wtq``, `table_data.row_pairs`)
+    written: bool = False  # add SQuAD 2.0 train's written unanswerable questions (``--written``, UnAnsQ's pairs)
 
 
 RECIPES = {
@@ -100,6 +106,7 @@ RECIPES = {
     "tables": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, tables=True),
     "rows": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, rows=True),
     "mixed": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200, perturbed=20000),
+    "written": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200, written=True),
 }
 
 
@@ -128,12 +135,17 @@ def held_out_documents(names: Sequence[str]) -> set[str]:
     return {n for n in names if int(hashlib.sha256(n.encode()).hexdigest(), 16) % 5 == 0}
 
 
-def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None) -> TrainingSet:
+def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None,
+          written: Path | None = None) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles, whole documents and
-    (with ``wtq``, a WikiTableQuestions checkout, for a recipe with ``tables``) whole tables."""
+    (with ``wtq``, a WikiTableQuestions checkout, for a recipe with ``tables``) whole tables; with
+    ``written`` (an UnAnsQ checkout, for a recipe with ``written``) its pairs join, by article."""
     if (recipe.tables or recipe.rows) and (wtq is None or not (wtq / "data" / "training.tsv").exists()):
         raise SystemExit(f"crag_lab.learned.train: this recipe reads WikiTableQuestions, and {wtq} holds no "
                          "data/training.tsv; pass --wtq with a clone of https://github.com/ppasupat/WikiTableQuestions")
+    if recipe.written and written is None:
+        raise SystemExit("crag_lab.learned.train: this recipe reads UnAnsQ's written unanswerable questions; pass "
+                         "--written with a clone (or git directory) of https://github.com/haichao592/UnAnsQ")
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held_titles = held_out_titles(squad, rng)
@@ -162,7 +174,9 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     tables = (wtq_pairs(wtq, seed=seed), wtq_pairs(wtq, held_out=True, seed=seed + 1)) if recipe.tables and wtq else ([], [])
     if recipe.rows and wtq:
         tables = (row_pairs(wtq, seed=seed), row_pairs(wtq, held_out=True, seed=seed + 1))
+    found = read_pairs(written, squad) if recipe.written and written is not None else []
     train = (contrast + tables[0] + squad_pairs(train_rows, seed=seed)
+             + scorer_pairs([p for p in found if p["title"] not in held_titles], seed=seed)
              + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
              + near_miss(train_rows, seed)
              + squad_pairs([r for r in excerpt if r["title"] == ex_titles[0]], seed=seed)
@@ -171,7 +185,8 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
            + same_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + (perturbed_pairs(val_rows, share=0.5, seed=seed + 1) if recipe.perturbed else [])
            + squad_pairs([r for r in excerpt if r["title"] != ex_titles[0]], seed=seed + 1)
-           + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1) + tables[1])
+           + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1) + tables[1]
+           + scorer_pairs([p for p in found if p["title"] in held_titles], seed=seed + 1))
     return TrainingSet(train, val, [(n, v, lic) for n, v, lic, _ in docs], sorted(docs[i][0] for i in held_docs))
 
 
@@ -227,7 +242,7 @@ def train(args: argparse.Namespace) -> None:
     recipe = RECIPES[args.recipe]
     torch.set_num_threads(args.threads)
     data = build(Path(args.train_dir), recipe=recipe, seed=args.seed, sites=args.site,
-                 wtq=Path(args.wtq) if args.wtq else None)
+                 wtq=Path(args.wtq) if args.wtq else None, written=Path(args.written) if args.written else None)
     pairs = data.train
     print(f"training pairs: {len(pairs)} {dict(Counter(p.source for p in pairs))}; validation {len(data.val)}", flush=True)
     if args.dump_pairs:
@@ -286,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--site", action="append", default=[],
                         help="another site-packages folder whose READMEs to read (repeatable)")
     parser.add_argument("--wtq", help="a clone of github.com/ppasupat/WikiTableQuestions (the tables recipe reads it)")
+    parser.add_argument("--written", help="a clone or git directory of github.com/haichao592/UnAnsQ (read by --recipe written)")
     parser.add_argument("--dump-pairs", help="write the training pairs to this file for fit.py and stop")
     parser.add_argument("--adapter", help="a folder fit.py wrote: measure it and write the card instead of training")
     parser.add_argument("--out", default=str(SCORER_DIR))

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crag_lab.learned.data import Pair, squad_pairs
 from crag_lab.learned.span_data import SpanExample, answerable, passage
 
 SPLITS = ("train", "dev")
@@ -92,3 +93,11 @@ def contrast_examples(pairs: Sequence[Mapping[str, Any]]) -> list[SpanExample]:
         if twin is not None:
             out.append(twin)
     return out
+
+
+def scorer_pairs(pairs: Sequence[Mapping[str, Any]], *, seed: int = 0) -> list[Pair]:
+    """The answer scorer's pairs of each written unanswerable question: units of its paragraph, every
+    one negative (`data.squad_pairs`' way with SQuAD 2.0's), their source ``written-unanswerable``."""
+    rows = [{"id": p["id"], "title": p["title"], "context": p["context"], "question": p["question"],
+             "is_impossible": True, "answers": []} for p in pairs]
+    return [Pair(q.question, q.text, q.label, q.group, "written-unanswerable") for q in squad_pairs(rows, seed=seed)]
