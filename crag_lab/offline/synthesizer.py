@@ -104,7 +104,7 @@ about 40 ms on two CPU cores, where scoring every unit of the evidence would tak
 LEARNED_WEIGHT = 0.25
 """What the scorer's probability adds to a unit's `answer_score` in the learned reader: the weight of
 `bench/study_scorer.py`'s grid (0.25, 0.5, 1.0) that ranks the answering unit first most often on the
-tuning split (it ties the rules there; the test split was not consulted)."""
+tuning split (docs/dev/scorer.md; the test split was not consulted)."""
 LEARNED_ABSTAINS_BY = "rules"
 """Which score withholds the learned reader's answer: ``"rules"`` (the best unit's support against
 `ABSTAIN_BELOW`) or ``"scorer"`` (its answer probability against the scorer's own threshold, set on
