@@ -9,6 +9,10 @@ workplace's ``train`` folder names their sources and licences). Validation holds
 articles the answer scorer holds out (`crag_lab.learned.train.held_out_titles`, same seed), so the
 grader's fit may still use them, and the SQuAD 2.0 excerpt's articles but the first. The data card
 is ``crag_lab/_data/spans/DATA_CARD.md``.
+
+``--written UNANSQ`` (an UnAnsQ checkout or git directory) writes instead the examples that continue
+a trained reader on SQuAD 2.0 train's written unanswerable questions (`dump_written`; then
+``fit_spans.py --init crag_lab/_data/spans``); tried on CPU, not shipped (the data card).
 """
 
 from __future__ import annotations
