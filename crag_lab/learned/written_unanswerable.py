@@ -23,11 +23,12 @@ import re
 import subprocess
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from crag_lab.learned.data import Pair, squad_pairs
-from crag_lab.learned.span_data import SpanExample, answerable, passage
+from crag_lab.learned.span_data import SpanExample, answerable, unanswerable
 
 SPLITS = ("train", "dev")
 """The UnAnsQ splits read: both are SQuAD 2.0 train (its ``test`` split is SQuAD 2.0 dev)."""
@@ -87,8 +88,7 @@ def contrast_examples(pairs: Sequence[Mapping[str, Any]]) -> list[SpanExample]:
     paragraph's answerable question at its answer: the same passage, read both ways."""
     out = []
     for pair in pairs:
-        out.append(SpanExample(str(pair["question"]), passage(pair["title"], str(pair["context"])), -1, "",
-                               "written-unanswerable"))
+        out.append(unanswerable(pair, str(pair["context"]), str(pair["title"]), "written-unanswerable"))
         twin = answerable({**pair, "question": pair["answerable_question"]})
         if twin is not None:
             out.append(twin)
@@ -100,4 +100,4 @@ def scorer_pairs(pairs: Sequence[Mapping[str, Any]], *, seed: int = 0) -> list[P
     one negative (`data.squad_pairs`' way with SQuAD 2.0's), their source ``written-unanswerable``."""
     rows = [{"id": p["id"], "title": p["title"], "context": p["context"], "question": p["question"],
              "is_impossible": True, "answers": []} for p in pairs]
-    return [Pair(q.question, q.text, q.label, q.group, "written-unanswerable") for q in squad_pairs(rows, seed=seed)]
+    return [replace(q, source="written-unanswerable") for q in squad_pairs(rows, seed=seed)]
