@@ -201,11 +201,14 @@ def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays()
     confident = OnlyIn("2025-03-02", SPAN_FIRST_MARGIN)
     first = respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident, first_unit=True)
     assert first[0].startswith("**2025-03-02** — The next rotation window opens on 2025-03-02 [2]. Certificates")
-    assert first[1] is not None and "quoted first" in first[1]
+    gate = f"against gate {SPAN_FIRST_MARGIN:g}"
+    assert first[1] is not None and f"'2025-03-02' in item [2], margin {SPAN_FIRST_MARGIN:.1f} {gate}, is in another unit, " \
+        "quoted first" in first[1]
     assert "[2]" not in respond(QUESTION, [rotation, schedule], VectorCache(), spans=confident)[0].split(".")[0]  # only asked
-    doubtful = respond(QUESTION, [rotation, schedule], VectorCache(), spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1),
-                       first_unit=True)[0]
+    doubtful, note = respond(QUESTION, [rotation, schedule], VectorCache(),
+                             spans=OnlyIn("2025-03-02", SPAN_FIRST_MARGIN - 1), first_unit=True)
     assert "[2]" not in doubtful.split(".")[0]
+    assert note is not None and f"margin {SPAN_FIRST_MARGIN - 1:.1f} {gate}, stays behind the rules' unit" in note
     unanswerable = respond("What is the maximum upload size?", [rotation], VectorCache(), spans=OnlyIn("90 days", 9.0),
                            first_unit=True)
     assert unanswerable == respond("What is the maximum upload size?", [rotation], VectorCache())  # the rules abstain

@@ -57,9 +57,9 @@ from crag_lab.offline.vectors import VectorCache
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 READERS: tuple[str, ...] = get_args(OfflineReader)
+"""The readers by name (`crag_lab.config.OfflineReader`, the setting's own type)."""
 LEADS: tuple[str, ...] = get_args(OfflineLead)
 """Whether the span reader helps, by name (`crag_lab.config.OfflineLead`): see `respond`."""
-"""The readers by name (`crag_lab.config.OfflineReader`, the setting's own type)."""
 
 ABSTAIN_BELOW = 0.75
 """A best unit whose support (cosine + 0.6 × word coverage ± answer-kind bonus) is below this is no
@@ -86,12 +86,10 @@ COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
 READ_UNITS = 3
-"""The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole
-item: with ``span_first`` on, reading every evidence item whole took the offline p50 on a prepared
-index from 112 to 317 ms (3 units: 167 ms, bench/RESULTS.md). On the tuning
-split, of 2, 3, 4, 6 units and the whole item, 3 gives the best exact match and token F1 (30.4 / 38.1,
-the whole item 29.4 / 38.1) at the same containment and citation precision; the test split and the
-public sets were not consulted (docs/dev/reader.md measures them all)."""
+"""The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole item: with
+``span_first`` on, reading every evidence item whole took the offline p50 on a prepared index from 112 to 317 ms (3
+units: 167 ms, bench/RESULTS.md). On the tuning split, of 2, 3, 4, 6 units and the whole item, 3 gives the best exact
+match and token F1 (30.4 / 38.1, the whole item 29.4 / 38.1) at the same containment and citation precision."""
 SPAN_FIRST_MARGIN = 9.0
 """With a span reader and ``span_first`` on (default; ``CRAG_OFFLINE_SPAN_FIRST=0`` turns it off), the unit holding
 its best span over all the evidence is quoted first (before the rules' choice) when that span's margin over "no answer"
@@ -392,34 +390,33 @@ def span_lead(query: str, quote: str, item: ItemReading, reader: Any) -> str | N
     return text
 
 
-def span_first(reading: Reading, reader: Any) -> UnitReading | None:
-    """The unit holding the span reader's best span over every evidence item, when that span's margin
-    is at least `SPAN_FIRST_MARGIN`; else None. Each item is read as `reader_passage` gives it."""
+def span_first(reading: Reading, reader: Any) -> tuple[UnitReading | None, str | None]:
+    """The unit holding the span reader's best span over all the evidence (items read by `reader_passage`) when its
+    margin reaches `SPAN_FIRST_MARGIN`, else None; and that span, its item, margin and the gate, for the answer's note."""
     if not reading.items:
-        return None
+        return None, None
     found = reader.read(reading.query, [reader_passage(item) for item in reading.items])
     best = max(range(len(found)), key=lambda k: found[k].margin)
     span = found[best]
-    if span.margin < SPAN_FIRST_MARGIN or not span.text.strip():
-        return None
-    return next((u for u in reading.items[best].units if span.text in u.unit.text), None)
+    said = (f"{span.text.strip()!r} in item [{reading.items[best].n}], margin {span.margin:.1f} against gate "
+            f"{SPAN_FIRST_MARGIN:g}") if span.text.strip() else None
+    if span.margin < SPAN_FIRST_MARGIN or said is None:
+        return None, said
+    return next((u for u in reading.items[best].units if span.text in u.unit.text), None), said
 
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
             scorer: Any = None, spans: Any = None, first_unit: bool = False,
             seen: Sequence[Mapping[str, object]] = ()) -> tuple[str, str | None]:
-    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for
-    an answer, how it was read (the rules' best unit and its support, whether the span reader's unit
-    was quoted first, where the bold lead came from). One reading, ranked with a learned ``scorer``
-    when one is given (`choose`).
+    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for an answer,
+    how it was read (the rules' best unit and its support; the span reader's best answer, its margin against the gate
+    and whether it was quoted first; where the bold lead came from). Ranked with a learned ``scorer`` when given.
 
-    With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its
-    confident best span over all the evidence is quoted first, before the rules' choice (`span_first`,
-    on by default: it reads every item's best units, about 12 ms an item on two cores); whether to
-    answer at all stays the rules' decision. An answer opens with the asked thing in bold when the
-    first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that
-    is the reader's answer in the first quote's item (`span_lead`), and the rules' (`short_answer`)
-    when it finds none there; without one, the rules'.
+    With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its confident
+    best span over all the evidence is quoted first, before the rules' choice (`span_first`, on by default: about 12 ms
+    an item on two cores); whether to answer at all stays the rules' decision. An answer opens with the asked thing in
+    bold when the first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that is
+    the reader's answer in the first quote's item (`span_lead`), else the rules' (`short_answer`).
     ``seen``: items the run's grader dropped, never quoted; the names check counts their names (`read`).
     """
     reading = read(query, evidence, cache, seen)
@@ -427,13 +424,16 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
     units = list(choice.units)
-    first = span_first(reading, spans) if spans is not None and first_unit else None
+    first, said = span_first(reading, spans) if spans is not None and first_unit else (None, None)
     best = units[0]
     why = [f"the rules' best unit is in item [{best.unit.n}] (support {choice.support:.2f}, "
            f"{'ABSTAIN_BELOW' if choice.measure == 'support' else 'threshold'} {choice.abstain_below})"]
     if first is not None and first.unit.text != best.unit.text:
         units = [first, *(u for u in units if u.unit.text != first.unit.text)][:MAX_UNITS + 1]
-        why.append(f"the span reader's confident answer is in item [{first.unit.n}], quoted first")
+        why.append(f"the span reader's best answer, {said}, is in another unit, quoted first")
+    elif said:
+        why.append(f"the span reader's best answer, {said}, "
+                   + ("lies in the rules' unit" if first else "stays behind the rules' unit"))
     quotes = [shortest_span(unit, reading.kind, query).rstrip().removesuffix(".") for unit in units]
     body = " ".join(f"{text} [{unit.unit.n}]." for text, unit in zip(quotes, units, strict=True))
     lead = None
