@@ -95,8 +95,13 @@ def crash_once_recipe(recipe: Any, trigger: Path) -> Callable[[], Lab]:
             record, trigger = built.record, self.trigger
 
             def crashing(row: Any, **kwargs: Any) -> Any:
-                if os.path.exists(trigger) and Path(trigger).read_text(encoding="utf-8") == row["id"]:
-                    os.replace(trigger, trigger + ".fired")  # atomic: exactly one process claims it
+                try:
+                    claimed = Path(trigger).read_text(encoding="utf-8") == row["id"]
+                    if claimed:
+                        os.replace(trigger, trigger + ".fired")  # atomic: exactly one process claims it
+                except FileNotFoundError:  # no trigger, or the worker asked its question claimed it since
+                    claimed = False
+                if claimed:
                     os._exit(1)
                 return record(row, **kwargs)
 
