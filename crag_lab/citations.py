@@ -66,6 +66,30 @@ def finalize_answer(text: str, items: Sequence[Mapping[str, Any]]) -> tuple[str,
     return body, cited
 
 
+_ITEM = re.compile(r"\bitem \[(\d{1,3})\]")
+
+
+def cited_as(note: str, items: Sequence[Mapping[str, Any]], cited: Sequence[Mapping[str, Any]]) -> str:
+    """A model's note about its answer with each ``item [N]`` (N: the evidence's order, as the prompt numbered it)
+    followed by where the answer cites it: ``(cited as [K])`` after `finalize_answer` renumbered the markers, or
+    ``(not cited)``.
+
+    >>> items = [{"id": "a.md:L1-L3"}, {"id": "b.md:L4-L9"}]
+    >>> cited_as("best unit in item [2]; the reader's in item [1]", items, [items[1]])
+    "best unit in item [2] (cited as [1]); the reader's in item [1] (not cited)"
+    """
+    position = {item.get("id"): k for k, item in enumerate(cited, 1)}
+
+    def mark(match: re.Match[str]) -> str:
+        n = int(match.group(1))
+        if not 1 <= n <= len(items):
+            return match.group(0)
+        k = position.get(items[n - 1].get("id"))
+        return f"{match.group(0)} ({f'cited as [{k}]' if k else 'not cited'})"
+
+    return _ITEM.sub(mark, note)
+
+
 def is_abstention(text: str) -> bool:
     return NO_EVIDENCE_ANSWER.lower() in text.lower()
 

@@ -245,6 +245,28 @@ def test_the_graph_tells_the_synthesizer_which_items_its_grader_dropped() -> Non
     assert not [e for e in state["audit"] if e["event"] == "model_abstained" and "Maestro" in e.get("reason", "")]
 
 
+class _GradesAllHigh(OfflineModel):
+    """The offline model, but its grader keeps every item."""
+
+    def complete(self, task, prompt, inputs):  # type: ignore[no-untyped-def]
+        if task == "grade":
+            return ModelReply(json.dumps([0.95] * len(inputs["items"])), 1, 1)
+        return super().complete(task, prompt, inputs)
+
+
+def test_the_answer_note_says_which_citation_each_item_became() -> None:
+    rows = [{"text": item["text"], "path": item["path"], "line": 1, "line_end": 6, "score": s, "title": item["title"]}
+            for item, s in ((TEAM, 0.6), (ACQUIRERS, 0.5))]
+    config = CragConfig(routing=False, prefilter=False)
+    state = build_graph(_GradesAllHigh(), [StaticTool("vector_search", rows)], config).invoke(
+        initial_state("Which acquirer is the default for Mastercard cards?"), {"recursion_limit": config.recursion_limit})
+    n = [i["path"] for i in state["context"]].index(ACQUIRERS["path"]) + 1
+    assert n == 2  # the answering item is not the first: the answer renumbers it
+    assert [c["path"] for c in state["citations"]] == [ACQUIRERS["path"]] and "[1]" in state["answer"]
+    [event] = [e for e in state["audit"] if e["event"] == "answer_read"]
+    assert event["why"].startswith(f"the rules' best unit is in item [{n}] (cited as [1]) (support ")
+
+
 class _DropsMaestroEveryRound(_GradesFirstOnly):
     """Grades the acquirers item 0.5 (not enough: the loop searches again) and every other item 0.05."""
 

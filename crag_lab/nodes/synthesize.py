@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crag_lab.citations import finalize_answer, is_abstention, render_footer, render_stats
+from crag_lab.citations import cited_as, finalize_answer, is_abstention, render_footer, render_stats
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.prompts import CHITCHAT, NO_EVIDENCE_ANSWER, NORMAL, SYNTHESIZE, render_history, render_passage
@@ -67,9 +67,9 @@ def make_synthesize(deps: Deps) -> Node:
                               items=len(context), grader_action=action,
                               reason=f"{reason}: {reply.note}" if reply.note else reason)
             else:
-                if reply.note:  # how the model read the evidence (the offline synthesizer says; an LLM does not)
-                    log.log_audit("answer_read", why=reply.note)
                 body, cited = finalize_answer(reply.text, context)
+                if reply.note:  # how the model read the evidence (the offline synthesizer says; an LLM does not)
+                    log.log_audit("answer_read", why=cited_as(reply.note, context, cited))
                 if not cited:
                     cited = context
                     log.log_audit("uncited_answer", level="warning", listed=len(context))
