@@ -86,10 +86,10 @@ COMPARING_RULES = ("comparison", "alternatives", "between")
 """The router's complexity rules (`crag_lab.offline.router.COMPLEX_RULES`) that name a comparison."""
 WIDE_UNIT_CHARS = 220
 READ_UNITS = 3
-"""The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole item: with
-``span_first`` on, reading every evidence item whole took the offline p50 on a prepared index from 112 to 317 ms (3
-units: 167 ms, bench/RESULTS.md). On the tuning split, of 2, 3, 4, 6 units and the whole item, 3 gives the best exact
-match and token F1 (30.4 / 38.1, the whole item 29.4 / 38.1) at the same containment and citation precision."""
+"""The span reader reads this many of an item's best-supported units (`reader_passage`), not the whole item: with ``span_first``
+on, reading every evidence item whole took the offline p50 on a prepared index from 112 to 317 ms (3 units: 167 ms,
+bench/RESULTS.md). Of 2, 3, 4, 6 units and the whole item, 3 gives the tuning split's best exact match and token F1
+(30.4 / 38.1; whole items 29.4 / 38.1) at the same containment and citation precision (test and public sets unused)."""
 SPAN_FIRST_MARGIN = 9.0
 """With a span reader and ``span_first`` on (default; ``CRAG_OFFLINE_SPAN_FIRST=0`` turns it off), the unit holding
 its best span over all the evidence is quoted first (before the rules' choice) when that span's margin over "no answer"
