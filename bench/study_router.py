@@ -21,9 +21,12 @@ learned router never saw them); (b) chit-chat turns of held-out conversations of
 (openers and closers, then any turn); (c) SQuAD 2.0 dev questions (one fact: simple, answerable or
 not); (d) HotpotQA dev questions (multi-hop: complex); (e) greetings, thanks and small talk in several
 languages and registers, and (f) requests and terse queries (simple), both written by this team
-(`OWN_CHITCHAT`, `OWN_SIMPLE`) before any result was seen: not independent. Then the routing
-accuracy, containment and abstention end to end (``crag-lab eval`` on the test split, once per
-router, ``CRAG_OFFLINE_ROUTER``), and the time per message.
+(`OWN_CHITCHAT`, `OWN_SIMPLE`) before any result was seen: not independent; (g) with ``--chatterbot
+DIR``, the held-out dialogues of the ChatterBot corpus in its 27 languages other than English
+(`crag_lab.learned.chatterbot_data`: small talk, and the opening questions of its encyclopedic topics;
+labelled by topic, so a few "questions" are small talk with the bot). Then the routing accuracy,
+containment and abstention end to end (``crag-lab eval`` on the test split, once per router,
+``CRAG_OFFLINE_ROUTER``), and the time per message.
 
 ``.venv/bin/python bench/study_router.py`` writes ``docs/dev/router.md`` and ``.json``; the shared
 sets are skipped, saying so, when absent. ``--baseline-dir`` adds an earlier head as one more column
@@ -47,7 +50,7 @@ from typing import Any
 import numpy as np
 from _common import ROOT, SHARED_DATASETS, log, publish
 
-from crag_lab.learned import router_data
+from crag_lab.learned import chatterbot_data, router_data
 from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.train_router import router_names
 from crag_lab.offline import router
@@ -295,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-dir", help="an earlier router's folder, compared as one more column")
     parser.add_argument("--baseline-name", default="learned (earlier)", help="that column's name")
     parser.add_argument("--baseline-label", help="where that head comes from, for the report (default: its folder)")
+    parser.add_argument("--chatterbot", help="the chatterbot-corpus data folder: adds its held-out dialogues in languages "
+                                             "other than English (crag_lab.learned.chatterbot_data; labelled by topic)")
     args = parser.parse_args(argv)
     learned = LearnedRouter.load(args.router_dir)
     cache = VectorCache()
@@ -315,6 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     hotpot = shared_questions("hotpotqa_distractor_dev250")
     if hotpot is not None:
         data["HotpotQA dev (complex)"] = [(q, "complex") for q in hotpot]
+    if args.chatterbot:
+        _, corpus_val = chatterbot_data.split(chatterbot_data.read(args.chatterbot), seed=13)
+        other = [m for m in corpus_val if m.source != "chatterbot/english"]
+        data["ChatterBot held-out dialogues, 27 other languages: small talk"] = [
+            (m.text, m.label) for m in other if m.label == "chitchat"]
+        data["ChatterBot held-out dialogues, 27 other languages: opening questions"] = [
+            (m.text, m.label) for m in other if m.label == "simple"]
     data["own greetings/thanks/small talk (not independent)"] = [(q, "chitchat") for q in OWN_CHITCHAT]
     data["own requests and terse queries (not independent)"] = [(q, "simple") for q in OWN_SIMPLE]
     sets: dict[str, dict[str, Any]] = {}

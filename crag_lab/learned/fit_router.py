@@ -53,8 +53,9 @@ def probabilities(model: Any, tokenizer: Any, texts: Sequence[str], *, device: s
 def fit(train: Sequence[tuple[str, int]], classes: Sequence[str], *, base: str | Path, out: str | Path,
         work: str | Path, seed: int = 13, rank: int = 8, targets: str = "qkv", lr: float = 5e-4, batch: int = 64,
         epochs: float = 1.0, max_length: int = 64, warmup: int = 100, checkpoint_every: int = 200,
-        device: str = "cpu", log_every: int = 50) -> dict[str, Any]:
-    """Train the adapter and head on ``train`` and save them to ``out``; what was done, as a dict."""
+        device: str = "cpu", log_every: int = 50, init: str | Path | None = None) -> dict[str, Any]:
+    """Train the adapter and head on ``train`` and save them to ``out``; what was done, as a dict. With ``init``
+    (a reader's folder) the adapter and head continue from that reader's."""
     import torch
     from peft import LoraConfig
 
@@ -62,7 +63,7 @@ def fit(train: Sequence[tuple[str, int]], classes: Sequence[str], *, base: str |
     work, out = Path(work), Path(out)
     work.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_base(base, num_labels=len(classes))
-    model = adapted(model, work, None, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
+    model = adapted(model, work, init, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
                                                   target_modules=TARGETS[targets],
                                                   modules_to_save=["classifier", "pooler"], task_type="SEQ_CLS"))
     model.to(device)
@@ -83,7 +84,7 @@ def fit(train: Sequence[tuple[str, int]], classes: Sequence[str], *, base: str |
     model.to("cpu").save_pretrained(str(out))
     return {"seed": seed, "rank": rank, "targets": targets, "lr": lr, "batch": batch, "epochs": epochs,
             "steps": steps, "max_length": max_length, "device": device, "classes": list(classes),
-            "minutes": round((time.time() - started) / 60, 1)}
+            "init": str(init) if init is not None else None, "minutes": round((time.time() - started) / 60, 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -102,12 +103,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--checkpoint-every", type=int, default=200)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--init", help="a token reader's folder to continue training from (default: a fresh adapter)")
     args = parser.parse_args(argv)
     classes, train, val = read_messages(args.messages)
     print(f"{len(train)} training and {len(val)} validation messages, classes {classes}", flush=True)
     done = fit(train, classes, base=args.base, out=args.out, work=args.work, seed=args.seed, rank=args.rank,
                targets=args.targets, lr=args.lr, batch=args.batch, epochs=args.epochs, max_length=args.max_length,
-               warmup=args.warmup, checkpoint_every=args.checkpoint_every, device=args.device)
+               warmup=args.warmup, checkpoint_every=args.checkpoint_every, device=args.device, init=args.init)
     if val:
         from peft import PeftModel
 

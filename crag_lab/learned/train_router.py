@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from crag_lab.learned import chatterbot_data
 from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
 from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts, read_jsonl
@@ -167,6 +169,7 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
     _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
                    names=names, casual_share=CASUAL_SHARE if getattr(args, "casual", False) else 0.0,
                    multihop=multihop_rows(args))
+    val += chatterbot_messages(args)[1]
     texts = [m.text for m in val]
     vector_probs = head.predict(texts, embedded(texts, work, embed))
     reader = TokenReader.load(folder, int(fitted.get("max_length", 64)), len(CLASSES))
@@ -202,6 +205,12 @@ def scored(predicted: Sequence[str], messages: Sequence[Message]) -> dict[str, A
             groups.setdefault(of(m), []).append(good)
         report[key] = {k: round(float(np.mean(v)), 4) for k, v in sorted(groups.items())}
     return report
+
+
+def chatterbot_messages(args: argparse.Namespace) -> tuple[list[Message], list[Message]]:
+    """The ``--chatterbot`` corpus's training and validation messages (`chatterbot_data`), or none."""
+    folder = getattr(args, "chatterbot", None)
+    return chatterbot_data.split(chatterbot_data.read(folder), args.seed) if folder else ([], [])
 
 
 def multihop_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -253,6 +262,12 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
                                        val_per_class=args.val_per_class, seed=args.seed, names=names,
                                        casual_share=CASUAL_SHARE if args.casual else 0.0, multihop=multihop_rows(args))
+        if args.chatterbot:  # the corpus's messages, with --replay of the others drawn to continue a reader (fit_router --init)
+            more_train, more_val = chatterbot_messages(args)
+            if args.replay:
+                tuned_train = random.Random(args.seed).sample(tuned_train, min(args.replay, len(tuned_train)))
+            tuned_train, tuned_val = tuned_train + more_train, tuned_val + more_val
+            random.Random(args.seed).shuffle(tuned_train)
         dump_messages(args.dump, tuned_train, tuned_val)
         print(f"wrote {args.dump}: train {len(tuned_train)} {counts(tuned_train)}; validation {len(tuned_val)}", flush=True)
         raise SystemExit(0)
@@ -260,10 +275,15 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         return keep_head(args, names, embed)
     train_msgs, val_msgs = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class,
                                  seed=args.seed)
-    print(f"messages: train {len(train_msgs)} {counts(train_msgs)}; validation {len(val_msgs)}", flush=True)
     work = Path(args.work)
     x_train = embedded([m.text for m in train_msgs], work, embed)
     x_val = embedded([m.text for m in val_msgs], work, embed)
+    if args.chatterbot:  # embedded apart, so the other messages' kept vectors are read back
+        more_train, more_val = chatterbot_messages(args)
+        x_train = np.vstack([x_train, embedded([m.text for m in more_train], work, embed)])
+        x_val = np.vstack([x_val, embedded([m.text for m in more_val], work, embed)])
+        train_msgs, val_msgs = train_msgs + more_train, val_msgs + more_val
+    print(f"messages: train {len(train_msgs)} {counts(train_msgs)}; validation {len(val_msgs)}", flush=True)
     y = np.array([CLASSES.index(m.label) for m in train_msgs])
     layers = train_head(features([m.text for m in train_msgs], x_train), y, classes=len(CLASSES), hidden=args.hidden,
                         epochs=args.epochs, lr=args.lr, l2=args.l2, batch=args.batch, seed=args.seed)
@@ -282,6 +302,10 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         "validation": {"counts": counts(val_msgs), "fit": evaluate(router, x_val, val_msgs)},
         "cpu_seconds": round(time.process_time() - started), "wall_seconds": round(time.time() - wall),
     }
+    if args.chatterbot:
+        trained["chatterbot"] = {"corpus": "chatterbot-corpus (PyPI; BSD-3-Clause)", "small_talk": sorted(
+            chatterbot_data.SMALL_TALK), "questions": sorted(chatterbot_data.QUESTIONS), "texts_sha256": hashlib.sha256(
+            "\n".join(m.text for m in train_msgs + val_msgs if m.source.startswith("chatterbot/")).encode()).hexdigest()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tuned:
@@ -315,6 +339,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "as in a chat (router_data.casual; tried, not shipped)")
     parser.add_argument("--multihop", help="with --dump or --tuned: a JSON-lines file of multi-hop questions people "
                                            "wrote (HotpotQA train) for the complex class (router_data.multihop_messages)")
+    parser.add_argument("--chatterbot", help="the data folder of the chatterbot-corpus package: small talk and questions "
+                                             "in 28 languages for the head and the pair's validation (chatterbot_data)")
+    parser.add_argument("--replay", type=int, default=0,
+                        help="with --dump --chatterbot: keep only this many of the other training messages, drawn "
+                             "(to continue a reader: fit_router --init)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
     parser.add_argument("--head", help="with --tuned: keep the head in this router folder instead of training one")
     parser.add_argument("--no-technical", dest="technical", action="store_false",
