@@ -262,7 +262,9 @@ class OfflineSettings(EnvFileSettings):
     span reader (`crag_lab.learned.SpanReader`) helps: ``spans`` (its answer in the first quote as the
     bold lead; the default) or ``rules`` (the asked kind of thing the
     quote holds leads); ``span_first`` (``CRAG_OFFLINE_SPAN_FIRST``, on by default; ``0`` turns it off)
-    also quotes first the unit holding the span reader's confident best span over all the evidence.
+    also quotes first the unit holding the span reader's confident best span over all the evidence;
+    ``spelling`` (``CRAG_OFFLINE_SPELLING``, on by default; ``0`` turns it off) reads a question's
+    misspelt words as the knowledge base spells them (`crag_lab.offline.spelling`).
     Kept apart from `CragConfig`: it is part of which model answers (its cache identity), not a
     threshold of the loop.
 
@@ -282,6 +284,9 @@ class OfflineSettings(EnvFileSettings):
         True, description="with lead='spans': quote first the unit holding the span reader's confident best span "
                           "over all the evidence (it reads each item's best units, about 12 ms an item on two CPU "
                           "cores); 0 turns it off.")
+    spelling: bool = Field(
+        True, description="read a word of the question that is neither in the knowledge base nor in English as the "
+                          "knowledge base's nearest word (one edit away, two for 8+ letters); 0 turns it off.")
     lead: OfflineLead = Field(
         "spans", description="'spans' (the trained span reader picks the answer's exact words in the first quote) "
                              "or 'rules' (no span reader: the asked kind of thing the quote holds leads).")

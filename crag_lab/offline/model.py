@@ -41,7 +41,9 @@ class OfflineModel:
     (`crag_lab.learned.SpanReader`): ``"spans"`` (its answer in the first quote as the bold lead) or
     ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. ``span_first`` (None reads
     ``CRAG_OFFLINE_SPAN_FIRST``, on by default) also quotes the span reader's confident unit first
-    (`synthesizer.span_first`). An unknown name raises a `ValueError` naming the valid ones.
+    (`synthesizer.span_first`). ``spelling`` (None reads ``CRAG_OFFLINE_SPELLING``, on by default) reads a
+    misspelt word of the question as the knowledge base spells it (`spelled`; needs ``kb``). An unknown
+    name raises a `ValueError` naming the valid ones.
 
     >>> import json
     >>> from crag_lab.offline import OfflineModel
@@ -54,8 +56,8 @@ class OfflineModel:
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
                  router: str | None = None, reader: str | None = None, lead: str | None = None,
-                 span_first: bool | None = None) -> None:
-        if router is None or reader is None or lead is None or span_first is None:
+                 span_first: bool | None = None, spelling: bool | None = None) -> None:
+        if router is None or reader is None or lead is None or span_first is None or spelling is None:
             from crag_lab.config import OfflineSettings
 
             settings = OfflineSettings()
@@ -63,12 +65,15 @@ class OfflineModel:
             reader = settings.reader if reader is None else reader
             lead = settings.lead if lead is None else lead
             span_first = settings.span_first if span_first is None else span_first
+            spelling = settings.spelling if spelling is None else spelling
         self.router = check_router(router)
         self.reader = check_reader(reader)
         self.lead = check_lead(lead)
         self.span_first = bool(span_first) and self.lead == "spans"
         self._scorer: Any = None
         self._spans: Any = None
+        self.spelling = bool(spelling)
+        self._speller: Any = None
         store = model_name = None
         if kb is not None:
             store, model_name = kb.cache_dir / STORE_FILE, kb.embed_model.model_name
@@ -139,6 +144,8 @@ class OfflineModel:
             identity["span_units"] = str(synthesizer.READ_UNITS)  # what it reads of an item
             if not self.span_first:
                 identity["span_first"] = "off"
+        if self.spelling:
+            identity["spelling"] = "knowledge base + symspellpy English"
         return identity
 
     @property
@@ -171,9 +178,22 @@ class OfflineModel:
         text, note = self._answer(task, inputs)
         return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note)
 
+    def spelled(self, query: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """``query`` with its misspelt words as the knowledge base spells them (`crag_lab.offline.spelling`), and
+        what changed; as typed when ``spelling`` is off or the model has no knowledge base."""
+        if not self.spelling or self._kb is None:
+            return query, ()
+        if self._speller is None:
+            from crag_lab.offline.spelling import Speller, vocabulary
+
+            self._speller = Speller(vocabulary(text for c in self._kb.chunks for text in (c.text, c.title, c.path)))
+        return self._speller.correct(query)  # type: ignore[no-any-return]
+
     def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None]:
         """The reply's text and, from the synthesizer, why it abstained or how it read the evidence (`ModelReply.note`)."""
-        query = str(inputs.get("query", ""))
+        query, respelled = self.spelled(str(inputs.get("query", "")))
+        if respelled:
+            inputs = {**inputs, "query": query}
         if task == "analyze":
             plan = router.analyze(query, available=inputs.get("available_tools", []),
                                   tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")),
@@ -189,8 +209,12 @@ class OfflineModel:
                 return synthesizer.chitchat(query), None
             if kind == "normal":
                 return synthesizer.NORMAL_ANSWER, None
-            return synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
-                                       self.scorer if self.reader == "learned" else None,
-                                       self.spans if self.lead == "spans" else None, self.span_first,
-                                       seen=inputs.get("seen", ()))
+            text, note = synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
+                                             self.scorer if self.reader == "learned" else None,
+                                             self.spans if self.lead == "spans" else None, self.span_first,
+                                             seen=inputs.get("seen", ()))
+            if respelled:
+                read_as = ", ".join(f"{typed!r} as {kb_word!r}" for typed, kb_word in respelled)
+                note = f"read {read_as} (the knowledge base's spelling)" + (f"; {note}" if note else "")
+            return text, note
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -1,0 +1,113 @@
+"""Reading a misspelt question the way the knowledge base spells it (the offline model only).
+
+One slip of the keyboard ("trafffic", "allowde", "identiy-service") cost the offline model a sixth of
+its answers: a word the evidence does not hold matches no unit, no BM25 term, and trips the names
+check, which then abstains. Before it reads a question, the offline model looks up each word that is
+neither in the knowledge base nor in an English dictionary (SymSpell's, from the ``symspellpy``
+package, MIT) among the knowledge base's own words (`symspellpy.SymSpell`, Damerau distance): one
+edit away for a word of up to seven letters, two for a longer one, the most frequent on a tie, none
+when two candidates are equally good. Words of three letters or fewer and words with capitals after
+the first letter (acronyms, ``CamelCase`` names) or an apostrophe are left as typed, and so are a
+known word with a common ending or beginning ("rebalances" when the knowledge base says "rebalance")
+and a capitalised word inside a sentence (a name: one letter from a name is usually another name). A word that exists, in the
+knowledge base or in English, is never changed: "payment" in a question about "payments-service"
+stays "payment", so a question about something the knowledge base does not hold still reads as one.
+
+>>> speller = Speller({"traffic": 3, "tls": 2, "gateway": 5, "identity": 4, "service": 9})
+>>> text, changed = speller.correct("Which port takes TLS trafffic on the gatway of identiy-service?")
+>>> text
+'Which port takes TLS traffic on the gateway of identity-service?'
+>>> changed
+(('trafffic', 'traffic'), ('gatway', 'gateway'), ('identiy', 'identity'))
+>>> speller.correct("Who runs the Zorblax cluster?")  # nothing near enough: left as typed
+('Who runs the Zorblax cluster?', ())
+>>> speller.correct("Does Gatway own it? Gatway?")  # a name inside a sentence stays; at its start it is read
+('Does Gatway own it? Gateway?', (('Gatway', 'Gateway'),))
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from importlib import resources
+
+WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
+"""A word: letters, with an apostrophe inside ("doesn't" is one word, and never corrected)."""
+SUFFIXES = ("s", "es", "d", "ed", "ing", "er", "ers", "ly")
+"""A word that is a known word with one of these endings is known too ("rebalances", "chargebacks")."""
+PREFIXES = ("re", "un", "pre", "non", "co", "sub")
+"""Likewise a known word after one of these beginnings ("rebranded")."""
+MIN_LENGTH = 4
+"""Shorter words are left as typed: one edit turns most of them into another word."""
+LONG = 8
+"""From this length on, a word may be two edits from the knowledge base's spelling (one below it)."""
+
+
+@functools.lru_cache(maxsize=1)
+def english() -> frozenset[str]:
+    """The words of SymSpell's English frequency dictionary (82,765 words), lower case."""
+    text = resources.files("symspellpy").joinpath("frequency_dictionary_en_82_765.txt").read_text(encoding="utf-8")
+    return frozenset(line.split(" ", 1)[0] for line in text.splitlines() if line)
+
+
+def vocabulary(texts: Iterable[str]) -> Counter[str]:
+    """How often each word (lower case, letters only) occurs in ``texts``."""
+    return Counter(w.lower() for text in texts for w in re.findall(r"[A-Za-z]+", text))
+
+
+def _sentence_start(text: str, at: int) -> bool:
+    """Whether position ``at`` of ``text`` begins a sentence (nothing before it but spaces, quotes, or an end mark)."""
+    before = text[:at].rstrip(" \t\"'(")
+    return not before or before[-1] in ".?!:;\n"
+
+
+class Speller:
+    """Corrects a question's unknown words to the knowledge base's spelling (see the module docstring)."""
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        from symspellpy import SymSpell
+
+        self.known = frozenset(counts) | english()
+        self._symspell = SymSpell(max_dictionary_edit_distance=2, prefix_length=7)
+        for word, count in counts.items():
+            if len(word) >= MIN_LENGTH - 1:
+                self._symspell.create_dictionary_entry(word, int(count))
+
+    def is_known(self, lower: str) -> bool:
+        """Whether a lower-case word is in the knowledge base or in English, as it is or with one of `SUFFIXES`."""
+        stems = {lower} | {lower[len(start):] for start in PREFIXES if lower.startswith(start)}
+        return any(stem in self.known or any(stem.endswith(end) and stem[:-len(end)] in self.known for end in SUFFIXES)
+                   for stem in stems)
+
+    def suggestion(self, word: str) -> str | None:
+        """The knowledge base's spelling of ``word`` (lower case), or None when it is known or nothing fits."""
+        from symspellpy import Verbosity
+
+        lower = word.lower()
+        if len(word) < MIN_LENGTH or "'" in word or any(c.isupper() for c in word[1:]) or self.is_known(lower):
+            return None
+        found = self._symspell.lookup(lower, Verbosity.CLOSEST, max_edit_distance=2 if len(word) >= LONG else 1)
+        if not found or (len(found) > 1 and found[1].count == found[0].count):
+            return None
+        return str(found[0].term)
+
+    def correct(self, question: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """``question`` with its unknown words spelled as the knowledge base spells them, and what changed. A
+        capitalised word inside a sentence is a name, left as typed: one letter from a name is usually another
+        name ("Trafford", "Strafford")."""
+        changed: list[tuple[str, str]] = []
+
+        def fix(m: re.Match[str]) -> str:
+            word = m.group(0)
+            if word[0].isupper() and not _sentence_start(question, m.start()):
+                return word
+            better = self.suggestion(word)
+            if better is None:
+                return word
+            better = better.capitalize() if word[0].isupper() else better
+            changed.append((word, better))
+            return better
+
+        return WORD.sub(fix, question), tuple(changed)
