@@ -120,7 +120,7 @@ class OfflineModel:
         """What identifies this model's replies: its name, the grader's calibration
         (`grader.calibration_fingerprint`, the answer scorer's included), and the router and reader
         when they are not the rules (a learned reader with its scorer's fingerprint, span leads with the
-        span reader's). A
+        span reader's), and the spelling when it reads a knowledge base's words (`spelled`). A
         response cache or a run journal never mixes their answers: one written before the grader read
         with the answer scorer, or before the learned router became the default, does not match."""
         from crag_lab.offline.grader import calibration_fingerprint
@@ -144,7 +144,7 @@ class OfflineModel:
             identity["span_units"] = str(synthesizer.READ_UNITS)  # what it reads of an item
             if not self.span_first:
                 identity["span_first"] = "off"
-        if self.spelling:
+        if self.spelling and self._kb is not None:  # without a knowledge base it changes nothing
             identity["spelling"] = "knowledge base + symspellpy English"
         return identity
 
