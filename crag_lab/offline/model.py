@@ -184,9 +184,9 @@ class OfflineModel:
         if not self.spelling or self._kb is None:
             return query, ()
         if self._speller is None:
-            from crag_lab.offline.spelling import Speller, vocabulary
+            from crag_lab.offline.spelling import of_knowledge_base
 
-            self._speller = Speller(vocabulary(text for c in self._kb.chunks for text in (c.text, c.title, c.path)))
+            self._speller = of_knowledge_base(self._kb)
         return self._speller.correct(query)  # type: ignore[no-any-return]
 
     def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None]:

@@ -32,6 +32,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crag_lab.kb import KnowledgeBase
 
 WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
 """A word: letters, with an apostrophe inside ("doesn't" is one word, and never corrected)."""
@@ -61,6 +65,11 @@ def _sentence_start(text: str, at: int) -> bool:
     """Whether position ``at`` of ``text`` begins a sentence (nothing before it but spaces, quotes, or an end mark)."""
     before = text[:at].rstrip(" \t\"'(")
     return not before or before[-1] in ".?!:;\n"
+
+
+def of_knowledge_base(kb: KnowledgeBase) -> Speller:
+    """A `Speller` of ``kb``'s words: its chunks' text, titles and paths."""
+    return Speller(vocabulary(text for c in kb.chunks for text in (c.text, c.title, c.path)))
 
 
 class Speller:
