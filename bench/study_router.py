@@ -24,7 +24,10 @@ languages and registers, and (f) requests and terse queries (simple), both writt
 (`OWN_CHITCHAT`, `OWN_SIMPLE`) before any result was seen: not independent; (g) with ``--chatterbot
 DIR``, the held-out dialogues of the ChatterBot corpus in its 27 languages other than English
 (`crag_lab.learned.chatterbot_data`: small talk, and the opening questions of its encyclopedic topics;
-labelled by topic, so a few "questions" are small talk with the bot). Then the routing accuracy,
+labelled by topic, so a few "questions" are small talk with the bot); (h) with ``--mintaka FILE``, the held-out
+questions of Mintaka dev in its 8 translations (`crag_lab.learned.mintaka_data`: simple or complex by
+Mintaka's complexity type; held out from a router trained with ``--mintaka``, but of the same
+source, so not independent of it). Then the routing accuracy,
 containment and abstention end to end (``crag-lab eval`` on the test split, once per router,
 ``CRAG_OFFLINE_ROUTER``), and the time per message.
 
@@ -50,7 +53,7 @@ from typing import Any
 import numpy as np
 from _common import ROOT, SHARED_DATASETS, log, publish
 
-from crag_lab.learned import chatterbot_data, router_data
+from crag_lab.learned import chatterbot_data, mintaka_data, router_data
 from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.train_router import router_names
 from crag_lab.offline import router
@@ -99,10 +102,12 @@ def routers(cache: VectorCache, learned: LearnedRouter,
         return learned.route(q, cache).complexity
 
     def tokens_only(q: str) -> str:
-        votes = learned.route(q, cache).votes.get("tokens")
+        route = learned.route(q, cache)
+        votes = route.votes.get("tokens")
         if votes is None:
             return learned_only(q)
-        threshold = learned.tuned.get("chitchat_min", {}).get("value", 0.5)
+        decided = learned.other_languages if route.language == "other" else learned  # whose reader voted
+        threshold = (decided or learned).tuned.get("chitchat_min", {}).get("value", 0.5)
         alone = LearnedRouter(learned.classes, learned.layers, chitchat_min=threshold)
         return learned.classes[int(alone.decide(np.array([[votes[c] for c in learned.classes]]))[0])]
 
@@ -300,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-label", help="where that head comes from, for the report (default: its folder)")
     parser.add_argument("--chatterbot", help="the chatterbot-corpus data folder: adds its held-out dialogues in languages "
                                              "other than English (crag_lab.learned.chatterbot_data; labelled by topic)")
+    parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: adds its held-out "
+                                          "questions in 8 other languages (crag_lab.learned.mintaka_data)")
     args = parser.parse_args(argv)
     learned = LearnedRouter.load(args.router_dir)
     cache = VectorCache()
@@ -327,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             (m.text, m.label) for m in other if m.label == "chitchat"]
         data["ChatterBot held-out dialogues, 27 other languages: opening questions"] = [
             (m.text, m.label) for m in other if m.label == "simple"]
+    if args.mintaka:
+        _, questions = mintaka_data.split(mintaka_data.read(args.mintaka), seed=13)
+        data["Mintaka dev held-out questions, 8 other languages"] = [(m.text, m.label) for m in questions]
     data["own greetings/thanks/small talk (not independent)"] = [(q, "chitchat") for q in OWN_CHITCHAT]
     data["own requests and terse queries (not independent)"] = [(q, "simple") for q in OWN_SIMPLE]
     sets: dict[str, dict[str, Any]] = {}

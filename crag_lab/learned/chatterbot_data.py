@@ -27,7 +27,7 @@ import random
 from collections.abc import Iterable
 from pathlib import Path
 
-from crag_lab.learned.router_data import Message, _noise, held_out
+from crag_lab.learned.router_data import Message, _noise, held_out, unique
 
 SMALL_TALK = frozenset(("greetings", "greeting", "conversations", "coversations", "emotion", "emotions", "emociones",
                         "botprofile", "perfilbot", "profile", "humor", "psychology", "psicologia", "compliment",
@@ -94,12 +94,5 @@ def split(messages: Iterable[Message], seed: int) -> tuple[list[Message], list[M
     rng = random.Random(seed)
     repeat = lambda m: QUESTION_REPEAT if m.label == "simple" else 1  # noqa: E731
     noised = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in train for _ in range(repeat(m))]
-    return _unique(noised), _unique(val)
+    return unique(noised), unique(val)
 
-
-def _unique(messages: Iterable[Message]) -> list[Message]:
-    """Each text once, its first message kept."""
-    seen: dict[str, Message] = {}
-    for m in messages:
-        seen.setdefault(m.text, m)
-    return list(seen.values())

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from crag_lab.learned import chatterbot_data
+from crag_lab.learned import chatterbot_data, mintaka_data
 from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
 from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts, read_jsonl
@@ -169,7 +169,7 @@ def tuned_card(args: argparse.Namespace, head: LearnedRouter, names: Sequence[tu
     _, val = build(Path(args.train_dir), per_class=args.per_class, val_per_class=args.val_per_class, seed=args.seed,
                    names=names, casual_share=CASUAL_SHARE if getattr(args, "casual", False) else 0.0,
                    multihop=multihop_rows(args))
-    val += chatterbot_messages(args)[1]
+    val += corpus_messages(args)[1]
     texts = [m.text for m in val]
     vector_probs = head.predict(texts, embedded(texts, work, embed))
     reader = TokenReader.load(folder, int(fitted.get("max_length", 64)), len(CLASSES))
@@ -207,10 +207,17 @@ def scored(predicted: Sequence[str], messages: Sequence[Message]) -> dict[str, A
     return report
 
 
-def chatterbot_messages(args: argparse.Namespace) -> tuple[list[Message], list[Message]]:
-    """The ``--chatterbot`` corpus's training and validation messages (`chatterbot_data`), or none."""
-    folder = getattr(args, "chatterbot", None)
-    return chatterbot_data.split(chatterbot_data.read(folder), args.seed) if folder else ([], [])
+def corpus_messages(args: argparse.Namespace) -> tuple[list[Message], list[Message]]:
+    """The training and validation messages in other languages: the ``--chatterbot`` corpus's (`chatterbot_data`)
+    and the ``--mintaka`` file's (`mintaka_data`), or none."""
+    train: list[Message] = []
+    val: list[Message] = []
+    for given, corpus in ((getattr(args, "chatterbot", None), chatterbot_data), (getattr(args, "mintaka", None),
+                                                                                  mintaka_data)):
+        if given:
+            more_train, more_val = corpus.split(corpus.read(given), args.seed)
+            train, val = train + more_train, val + more_val
+    return train, val
 
 
 def multihop_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -262,8 +269,8 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
                                        val_per_class=args.val_per_class, seed=args.seed, names=names,
                                        casual_share=CASUAL_SHARE if args.casual else 0.0, multihop=multihop_rows(args))
-        if args.chatterbot:  # the corpus's messages, with --replay of the others drawn to continue a reader (fit_router --init)
-            more_train, more_val = chatterbot_messages(args)
+        if args.chatterbot or args.mintaka:  # the corpora's messages; --replay draws the others (fit_router --init)
+            more_train, more_val = corpus_messages(args)
             if args.replay:
                 tuned_train = random.Random(args.seed).sample(tuned_train, min(args.replay, len(tuned_train)))
             tuned_train, tuned_val = tuned_train + more_train, tuned_val + more_val
@@ -278,8 +285,8 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
     work = Path(args.work)
     x_train = embedded([m.text for m in train_msgs], work, embed)
     x_val = embedded([m.text for m in val_msgs], work, embed)
-    if args.chatterbot:  # embedded apart, so the other messages' kept vectors are read back
-        more_train, more_val = chatterbot_messages(args)
+    if args.chatterbot or args.mintaka:  # embedded apart, so the other messages' kept vectors are read back
+        more_train, more_val = corpus_messages(args)
         x_train = np.vstack([x_train, embedded([m.text for m in more_train], work, embed)])
         x_val = np.vstack([x_val, embedded([m.text for m in more_val], work, embed)])
         train_msgs, val_msgs = train_msgs + more_train, val_msgs + more_val
@@ -306,6 +313,11 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         trained["chatterbot"] = {"corpus": "chatterbot-corpus (PyPI; BSD-3-Clause)", "small_talk": sorted(
             chatterbot_data.SMALL_TALK), "questions": sorted(chatterbot_data.QUESTIONS), "texts_sha256": hashlib.sha256(
             "\n".join(m.text for m in train_msgs + val_msgs if m.source.startswith("chatterbot/")).encode()).hexdigest()}
+    if args.mintaka:
+        trained["mintaka"] = {"corpus": "Mintaka dev, translations (github.com/amazon-science/mintaka; CC BY 4.0)",
+                              "simple": sorted(mintaka_data.SIMPLE), "complex": sorted(mintaka_data.COMPLEX),
+                              "texts_sha256": hashlib.sha256("\n".join(
+                                  m.text for m in train_msgs + val_msgs if m.source.startswith("mintaka/")).encode()).hexdigest()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tuned:
@@ -341,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                            "wrote (HotpotQA train) for the complex class (router_data.multihop_messages)")
     parser.add_argument("--chatterbot", help="the data folder of the chatterbot-corpus package: small talk and questions "
                                              "in 28 languages for the head and the pair's validation (chatterbot_data)")
+    parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: questions in 8 "
+                                          "other languages for the head and the pair's validation (mintaka_data)")
     parser.add_argument("--replay", type=int, default=0,
                         help="with --dump --chatterbot: keep only this many of the other training messages, drawn "
                              "(to continue a reader: fit_router --init)")

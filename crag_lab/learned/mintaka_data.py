@@ -1,0 +1,79 @@
+"""Questions in eight other languages, for the learned router: the Mintaka dev set's translations.
+
+The ChatterBot corpus (`chatterbot_data`) gives the router small talk in many languages, but it holds
+about one question to six small-talk turns outside English, and a router trained on it learned the
+language more than the kind of message: it sent most questions in those languages to small talk.
+Mintaka (Sen et al., COLING 2022; github.com/amazon-science/mintaka, CC BY 4.0) is 20,000 questions
+people wrote about Wikidata entities, each translated by people into Arabic, German, Japanese, Hindi,
+Portuguese, Spanish, Italian and French, with a complexity type. Its **dev** split
+(``data/mintaka_dev.json``, 2,000 questions; the train split is over the snapshot limit) is neither an
+evaluation set of this project nor about the knowledge base. Only the translations are read: the router
+already has English questions.
+
+A type that needs one fact is simple (`SIMPLE`: generic, count, ordinal, superlative); one that needs
+two or a comparison is complex (`COMPLEX`: multi-hop, intersection, difference, comparative). Yes/no
+questions mix the two ("Did In Utero come out before Nevermind?") and are left out. Validation holds out
+whole questions, all eight translations together, by the same hash as the other sources.
+
+>>> type_class("multihop"), type_class("count"), type_class("yesno")
+('complex', 'simple', None)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from crag_lab.learned.router_data import Message, _noise, held_out, unique
+
+SIMPLE = frozenset(("generic", "count", "ordinal", "superlative"))
+"""Mintaka complexity types answered by one fact."""
+COMPLEX = frozenset(("multihop", "intersection", "difference", "comparative"))
+"""Types that need two facts or a comparison of two."""
+
+
+def type_class(kind: str) -> str | None:
+    """The router class a question of Mintaka complexity type ``kind`` gets, or None for a type left out."""
+    return "simple" if kind in SIMPLE else "complex" if kind in COMPLEX else None
+
+
+def read(path: str | Path) -> list[Message]:
+    """Every translated question of the Mintaka file at ``path``, in file order; ``source`` is
+    ``mintaka/<language>``, ``group`` the question's id (its translations are held out together)."""
+    file = Path(path)
+    try:
+        rows = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--mintaka {path}: not a readable Mintaka JSON file ({exc.__class__.__name__}); give "
+                         "data/mintaka_dev.json of github.com/amazon-science/mintaka") from exc
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "translations" in r for r in rows):
+        raise SystemExit(f"--mintaka {path}: expected a list of questions with \"translations\" "
+                         "(data/mintaka_dev.json of github.com/amazon-science/mintaka)")
+    out: list[Message] = []
+    for row in rows:
+        label = type_class(str(row.get("complexityType", "")))
+        if label is None:
+            continue
+        for language, text in sorted(dict(row["translations"]).items()):
+            if str(text).strip():
+                out.append(Message(str(text).strip(), label, f"mintaka/{language}", f"mintaka/{row['id']}"))
+    return out
+
+
+def split(messages: Iterable[Message], seed: int) -> tuple[list[Message], list[Message]]:
+    """Training and validation messages (whole questions held out); training texts get the surface noise every
+    source gets (`router_data._noise`), validation texts none. A text under both classes is dropped."""
+    messages = list(messages)
+    labels: dict[str, set[str]] = {}
+    for m in messages:
+        labels.setdefault(m.text, set()).add(m.label)
+    kept = [m for m in messages if len(labels[m.text]) == 1]
+    val = unique(m for m in kept if held_out(m.group))
+    val_texts = {m.text for m in val}
+    rng = random.Random(seed)
+    train = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in kept
+             if not held_out(m.group) and m.text not in val_texts]
+    return unique(train), val
+
