@@ -230,6 +230,15 @@ def end_to_end(names: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def card(learned: LearnedRouter) -> dict[str, Any]:
+    """How a router was trained, in short: the head's settings, its threshold and its token reader's."""
+    return {**{k: learned.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
+            "chitchat_min": learned.chitchat_min,
+            **({"token_reader": {**{k: learned.tuned.get("fit", {}).get(k) for k in ("rank", "epochs", "lr")},
+                                 "pair_chitchat_min": learned.tuned.get("chitchat_min", {}).get("value")}}
+               if learned.tuned else {})}
+
+
 def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
 
@@ -353,11 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {"sets": sets, "hotpot_split": hotpot_split,
               "latency": latency(VectorCache, learned, sample),
               "end_to_end": None if args.no_eval else end_to_end(router.ROUTERS),
-              "card": {**{k: learned.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
-                       "chitchat_min": learned.chitchat_min,
-                       **({"token_reader": {**{k: learned.tuned.get("fit", {}).get(k) for k in ("rank", "epochs", "lr")},
-                                            "pair_chitchat_min": learned.tuned.get("chitchat_min", {}).get("value")}}
-                          if learned.tuned else {})},
+              "card": {**card(learned), **({"other_languages": card(learned.other_languages)}
+                                            if learned.other_languages is not None else {})},
               "baseline": None if not args.baseline_dir else {
                   "name": args.baseline_name, "folder": args.baseline_label or args.baseline_dir,
                   "card": {**{k: baseline.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},

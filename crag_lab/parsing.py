@@ -135,6 +135,8 @@ def parse_analysis(text: str, known_tools: Collection[str]) -> RoutingPlan:
         votes = router.get("votes")
         if isinstance(votes, dict) and votes:  # each reader's own probabilities (the learned router has two)
             plan["router"]["votes"] = {str(k): _probabilities(v) for k, v in votes.items() if isinstance(v, dict)}
+        if isinstance(router.get("language"), str):  # the router for other languages decided
+            plan["router"]["language"] = router["language"]
     return plan
 
 

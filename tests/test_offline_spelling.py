@@ -51,6 +51,12 @@ def test_two_equally_good_spellings_leave_the_word_as_typed() -> None:
     assert Speller({"worker": 3, "walker": 1}).correct("is the wolker up?")[0] == "is the worker up?"
 
 
+def test_a_message_in_another_language_is_left_as_typed() -> None:
+    speller = Speller({"gateway": 3, "puerto": 1, "traffic": 2})
+    assert speller.correct("Gatway traffic?")[0] == "Gateway traffic?"  # English: read with the KB's spelling
+    assert speller.correct("¿Cual puerta usa el gatway?") == ("¿Cual puerta usa el gatway?", ())  # Spanish: as typed
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory, embed_model) -> OfflineModel:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("kb")

@@ -8,6 +8,11 @@ which a mean-pooled sentence vector blurs. Trained by ``python -m crag_lab.learn
 on public training data (``crag_lab/_data/router/DATA_CARD.md``). Only the head ships, as plain
 numbers in ``router.json``; predicting is two numpy products, deterministic, no torch.
 
+A message not written in English (`crag_lab.offline.spelling.other_language`: fewer than half its words in
+the English dictionary) goes to a second router of the same kind in ``other_languages/``, trained with small
+talk and questions in other languages (the ChatterBot corpus, Mintaka's translations); its `Route` says
+``language="other"``.
+
 >>> router = LearnedRouter.load()  # doctest: +SKIP
 >>> router.route("thanks, that helped!", VectorCache())  # doctest: +SKIP
 Route(complexity='chitchat', probability=0.98, probabilities={'chitchat': 0.98, 'simple': 0.01, 'complex': 0.01})
@@ -15,6 +20,7 @@ Route(complexity='chitchat', probability=0.98, probabilities={'chitchat': 0.98, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -34,6 +40,9 @@ ROUTER_DIR = Path(__file__).resolve().parent.parent / "_data" / "router"
 ROUTER_FILE = "router.json"
 TUNED_FOLDER = "tuned"
 """The token reader's adapter and head, beside ``router.json`` (`TokenReader`)."""
+OTHER_LANGUAGES = "other_languages"
+"""A second router (head and token reader) trained with questions and small talk in other languages, beside
+``router.json``: it routes the messages `crag_lab.offline.spelling.other_language` finds not written in English."""
 FEATURES = "minilm+shape-v1"
 """What the head reads: the unit MiniLM vector, then `shape_features`. Stored in ``router.json``."""
 N_SHAPE_FEATURES = 7
@@ -72,6 +81,9 @@ class Route:
     votes: dict[str, dict[str, float]] = field(default_factory=dict)
     """Each reader's own probabilities (``"vector"``: the head over the sentence vector; ``"tokens"``:
     the LoRA-tuned MiniLM), when there is more than one; ``probabilities`` is then their mean."""
+    language: str = "english"
+    """``"other"`` when the message was read as not English (`crag_lab.offline.spelling.other_language`) and routed by the router
+    trained with other languages (`OTHER_LANGUAGES`)."""
 
 
 def forward(layers: Sequence[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
@@ -169,7 +181,11 @@ class LearnedRouter:
         """The route of one message, from the vector the offline model uses for it anyway (when that
         cache embeds with another model than the bundled MiniLM, from MiniLM's own vector)."""
         from crag_lab.embeddings import is_minilm
+        from crag_lab.offline.spelling import other_language
 
+        other = self.other_languages
+        if other is not None and other_language(query):
+            return dataclasses.replace(other.route(query, vectors), language="other")
         cache = vectors if is_minilm(vectors.embed_model) else _minilm_vectors()
         vector = np.asarray(cache.query(query), dtype=np.float32).reshape(-1)
         wanted = self.layers[0][0].shape[0] - N_SHAPE_FEATURES
@@ -186,6 +202,13 @@ class LearnedRouter:
         best = int(chosen[0])
         return Route(self.classes[best], float(mean[0][best]), named(mean[0]),
                      {"vector": named(probs[0]), "tokens": named(tokens[0])})
+
+    @property
+    def other_languages(self) -> LearnedRouter | None:
+        """The router for messages in other languages, shipped beside this one (None when absent)."""
+        if self.folder is None or not (self.folder / OTHER_LANGUAGES / ROUTER_FILE).is_file():
+            return None
+        return _load(str(self.folder / OTHER_LANGUAGES))
 
     @property
     def token_reader(self) -> TokenReader:
@@ -273,11 +296,13 @@ def _load(folder: str) -> LearnedRouter:
 
 
 def fingerprint(folder: str | Path | None = None) -> str:
-    """A short hash of a router's head and token reader (default: the one that ships), read without
-    loading a model: replies routed by another router are told apart by it (`OfflineModel.cache_identity`)."""
+    """A short hash of a router's head and token reader, and of the router for other languages beside them
+    (default: the one that ships), read without loading a model: replies routed by another router are told
+    apart by it (`OfflineModel.cache_identity`)."""
     digest = hashlib.sha256()
     root = Path(folder or ROUTER_DIR)
-    for path in (root / ROUTER_FILE, root / TUNED_FOLDER / "adapter_model.safetensors"):
-        if path.is_file():
-            digest.update(path.read_bytes())
+    for base in (root, root / OTHER_LANGUAGES):
+        for path in (base / ROUTER_FILE, base / TUNED_FOLDER / "adapter_model.safetensors"):
+            if path.is_file():
+                digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

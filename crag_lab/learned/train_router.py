@@ -356,8 +356,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: questions in 8 "
                                           "other languages for the head and the pair's validation (mintaka_data)")
     parser.add_argument("--replay", type=int, default=0,
-                        help="with --dump --chatterbot: keep only this many of the other training messages, drawn "
-                             "(to continue a reader: fit_router --init)")
+                        help="with --dump and --chatterbot or --mintaka: keep only this many of the other training "
+                             "messages, drawn (to continue a reader: fit_router --init)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
     parser.add_argument("--head", help="with --tuned: keep the head in this router folder instead of training one")
     parser.add_argument("--no-technical", dest="technical", action="store_false",

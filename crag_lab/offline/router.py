@@ -208,14 +208,16 @@ def analyze(
     """The routing plan as the analyze prompt asks for it (a JSON-ready dict).
 
     With ``router="learned"`` the plan also says who decided and how sure it was:
-    ``"router": {"name": "learned", "probabilities": {...}, "votes": {"vector": {...}, "tokens": {...}}}``.
+    ``"router": {"name": "learned", "probabilities": {...}, "votes": {"vector": {...}, "tokens": {...}}}``, with
+    ``"language": "other"`` when the router for other languages decided (`crag_lab.learned.router.other_language`).
     """
     why: dict[str, Any] = {}
     if check_router(router) == "learned":
         route = learned_route(query, vectors)
         complexity = route.complexity
         why = {"router": {"name": "learned", "probabilities": route.probabilities,
-                          **({"votes": route.votes} if route.votes else {})}}
+                          **({"votes": route.votes} if route.votes else {}),
+                          **({"language": route.language} if route.language != "english" else {})}}
     else:
         complexity = classify(query, vectors)
     if complexity == "chitchat":

@@ -47,6 +47,10 @@ MIN_LENGTH = 4
 """Shorter words are left as typed: one edit turns most of them into another word."""
 LONG = 8
 """From this length on, a word may be two edits from the knowledge base's spelling (one below it)."""
+ENGLISH_MIN_SHARE = 0.5
+"""A message is read as English when at least this share of its words are English words (`other_language`)."""
+_ANY_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+"""A word in any script, with an apostrophe inside."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +58,22 @@ def english() -> frozenset[str]:
     """The words of SymSpell's English frequency dictionary (82,765 words), lower case."""
     text = resources.files("symspellpy").joinpath("frequency_dictionary_en_82_765.txt").read_text(encoding="utf-8")
     return frozenset(line.split(" ", 1)[0] for line in text.splitlines() if line)
+
+
+def other_language(text: str) -> bool:
+    """Whether a message is written in another language than English: fewer than `ENGLISH_MIN_SHARE` of its
+    words (letters of any script; words with an apostrophe are not counted) are in the English dictionary
+    (`english`). A message without such words is read as English. The speller leaves such a message as typed,
+    and the learned router hands it to its router for other languages (`crag_lab.learned.router`).
+
+    >>> other_language("Gracias por tu ayuda"), other_language("привет"), other_language("wats the port for the gatewy")
+    (True, True, False)
+    >>> other_language("What didn't Newton's mechanics affext?"), other_language("8443?")
+    (False, False)
+    """
+    words = [w.lower() for w in _ANY_WORD.findall(text) if "'" not in w and "’" not in w]
+    known = english()
+    return bool(words) and sum(w in known for w in words) < ENGLISH_MIN_SHARE * len(words)
 
 
 def vocabulary(texts: Iterable[str]) -> Counter[str]:
@@ -105,8 +125,11 @@ class Speller:
     def correct(self, question: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         """``question`` with its unknown words spelled as the knowledge base spells them, and what changed. A
         capitalised word inside a sentence is a name, left as typed: one letter from a name is usually another
-        name ("Trafford", "Strafford")."""
+        name ("Trafford", "Strafford"). A message in another language (`other_language`) is left as typed: its
+        words are not misspelt English."""
         changed: list[tuple[str, str]] = []
+        if other_language(question):
+            return question, ()
 
         def fix(m: re.Match[str]) -> str:
             word = m.group(0)
