@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
 
 from crag_lab.learned import chatterbot_data
-from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.router_data import held_out
-from crag_lab.learned.train_router import main as train_main
-from tests.test_learned_router import _tiny_train_dir
+from tests.test_learned_router import _tiny_corpus_run
 
 
 def _corpus(folder: Path) -> Path:
@@ -75,23 +71,14 @@ def test_a_folder_without_the_corpus_or_a_broken_file_is_one_clear_line(tmp_path
 
 
 def test_train_router_adds_the_corpus_to_the_head_and_to_the_token_reader_s_messages(tmp_path: Path) -> None:
-    train_dir = _tiny_train_dir(tmp_path / "train")
     corpus = _corpus(tmp_path / "data")
-    tiny = ["--train-dir", str(train_dir), "--work", str(tmp_path / "work"), "--per-class", "12", "--val-per-class", "4",
-            "--no-technical"]
-    train_main([*tiny, "--out", str(tmp_path / "head"), "--epochs", "5", "--batch", "8", "--hidden", "8",
-                "--chatterbot", str(corpus)])
-    trained = LearnedRouter.load(tmp_path / "head").trained
+    trained, dumped = _tiny_corpus_run(tmp_path, "--chatterbot", str(corpus))
     assert trained["train"]["counts"]["chitchat"]["chatterbot/german"] > 0
     assert trained["train"]["counts"]["simple"]["chatterbot/german"] > 0
     assert len(trained["chatterbot"]["texts_sha256"]) == 64
-    with pytest.raises(SystemExit) as done:
-        train_main([*tiny, "--chatterbot", str(corpus), "--replay", "5", "--dump", str(tmp_path / "m.json.gz")])
-    assert done.value.code == 0
-    dumped = json.loads(gzip.decompress((tmp_path / "m.json.gz").read_bytes()))
     corpus_train, _ = chatterbot_data.split(chatterbot_data.read(corpus), seed=13)
-    assert len(dumped["train"]) == 5 + len(corpus_train)  # five of the others replayed, the corpus's all
-    assert {m.text for m in corpus_train} <= {text for text, _ in dumped["train"]}
+    assert len(dumped) == 5 + len(corpus_train)  # five of the others replayed, the corpus's all
+    assert {m.text for m in corpus_train} <= set(dumped)
 
 
 def test_fit_router_continues_from_a_reader_s_adapter_and_head(tmp_path: Path) -> None:

@@ -138,6 +138,19 @@ def _tiny_train_dir(folder: Path) -> Path:
     return folder
 
 
+def _tiny_corpus_run(tmp_path: Path, *corpus: str) -> tuple[dict, list[str]]:
+    """``train_router`` on a tiny train dir with a corpus of other languages (``--chatterbot DIR`` or ``--mintaka FILE``):
+    the head's training record, and the texts of the token reader's dumped messages (five of the others replayed)."""
+    tiny = ["--train-dir", str(_tiny_train_dir(tmp_path / "train")), "--work", str(tmp_path / "work"), "--per-class", "12",
+            "--val-per-class", "4", "--no-technical", *corpus]
+    train_main([*tiny, "--out", str(tmp_path / "head"), "--epochs", "5", "--batch", "8", "--hidden", "8"])
+    with pytest.raises(SystemExit) as done:
+        train_main([*tiny, "--replay", "5", "--dump", str(tmp_path / "m.json.gz")])
+    assert done.value.code == 0
+    dumped = json.loads(gzip.decompress((tmp_path / "m.json.gz").read_bytes()))
+    return LearnedRouter.load(tmp_path / "head").trained, [text for text, _ in dumped["train"]]
+
+
 def test_training_on_a_tiny_train_dir_is_seeded(tmp_path: Path) -> None:
     train_dir = _tiny_train_dir(tmp_path / "train")
     outs = []
