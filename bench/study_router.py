@@ -288,7 +288,10 @@ def markdown(result: Mapping[str, Any]) -> str:
               "\"vector cached\": the pipeline already holds the question's vector, which it computes anyway "
               "to read the evidence, so routing costs the head (0.03 ms) and the token reader's pass over the "
               "message.", "",
-              "How to read this: the learned router's two readers and every hybrid were trained without the KB, "
+              "How to read this: `learned` is the router that ships, the English pair and, for a message "
+              "`spelling.other_language` reads as not English, the pair for other languages (its Mintaka row is "
+              "held out from that pair's training but of the same source). The learned router's readers and "
+              "every hybrid were trained without the KB, "
               "SQuAD 2.0 dev, HotpotQA dev or the two hand-written sets; the rules were written with both KB "
               "splits in view, so on those two rows the rules and every hybrid using them are not held out. "
               "The first row (validation messages from held-out training articles, conversations and "
