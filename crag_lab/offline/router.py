@@ -209,7 +209,7 @@ def analyze(
 
     With ``router="learned"`` the plan also says who decided and how sure it was:
     ``"router": {"name": "learned", "probabilities": {...}, "votes": {"vector": {...}, "tokens": {...}}}``, with
-    ``"language": "other"`` when the router for other languages decided (`crag_lab.learned.router.other_language`).
+    ``"language": "other"`` when the router for other languages decided (`crag_lab.offline.spelling.other_language`).
     """
     why: dict[str, Any] = {}
     if check_router(router) == "learned":

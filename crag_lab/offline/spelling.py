@@ -127,9 +127,9 @@ class Speller:
         capitalised word inside a sentence is a name, left as typed: one letter from a name is usually another
         name ("Trafford", "Strafford"). A message in another language (`other_language`) is left as typed: its
         words are not misspelt English."""
-        changed: list[tuple[str, str]] = []
         if other_language(question):
             return question, ()
+        changed: list[tuple[str, str]] = []
 
         def fix(m: re.Match[str]) -> str:
             word = m.group(0)
