@@ -57,6 +57,12 @@ def test_a_message_in_another_language_is_left_as_typed() -> None:
     assert speller.correct("¿Cual puerta usa el gatway?") == ("¿Cual puerta usa el gatway?", ())  # Spanish: as typed
 
 
+def test_typos_and_the_knowledge_base_s_own_words_do_not_make_a_short_question_foreign() -> None:
+    # In English words alone ("port") this is one word in three; with the KB's "tls" and the readable "gatewy", three.
+    speller = Speller({"gateway": 3, "tls": 2})
+    assert speller.correct("gatewy TLS port?") == ("gateway TLS port?", (("gatewy", "gateway"),))
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory, embed_model) -> OfflineModel:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("kb")

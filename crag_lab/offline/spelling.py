@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -60,11 +60,13 @@ def english() -> frozenset[str]:
     return frozenset(line.split(" ", 1)[0] for line in text.splitlines() if line)
 
 
-def other_language(text: str) -> bool:
+def other_language(text: str, known: Callable[[str], bool] | None = None) -> bool:
     """Whether a message is written in another language than English: fewer than `ENGLISH_MIN_SHARE` of its
-    words (letters of any script; words with an apostrophe are not counted) are in the English dictionary
-    (`english`). A message without such words is read as English. The speller leaves such a message as typed,
-    and the learned router hands it to its router for other languages (`crag_lab.learned.router`).
+    words (letters of any script; words with an apostrophe are not counted) are English words, which ``known``
+    decides for a lower-case word (default: in the English dictionary, `english`). A message without such words
+    is read as English. The speller leaves such a message as typed (its own ``known`` adds the knowledge base's
+    words and the misspelt ones it can read), and the learned router hands it to its router for other
+    languages (`crag_lab.learned.router`).
 
     >>> other_language("Gracias por tu ayuda"), other_language("привет"), other_language("wats the port for the gatewy")
     (True, True, False)
@@ -72,8 +74,8 @@ def other_language(text: str) -> bool:
     (False, False)
     """
     words = [w.lower() for w in _ANY_WORD.findall(text) if "'" not in w and "’" not in w]
-    known = english()
-    return bool(words) and sum(w in known for w in words) < ENGLISH_MIN_SHARE * len(words)
+    is_english = known or english().__contains__
+    return bool(words) and sum(map(is_english, words)) < ENGLISH_MIN_SHARE * len(words)
 
 
 def vocabulary(texts: Iterable[str]) -> Counter[str]:
@@ -110,6 +112,11 @@ class Speller:
         return any(stem in self.known or any(stem.endswith(end) and stem[:-len(end)] in self.known for end in SUFFIXES)
                    for stem in stems)
 
+    def reads_as_english(self, lower: str) -> bool:
+        """Whether a lower-case word counts as English for `other_language`: known (`is_known`), or misspelt and
+        readable with the knowledge base's spelling (`suggestion`), so that typos do not make a question foreign."""
+        return self.is_known(lower) or self.suggestion(lower) is not None
+
     def suggestion(self, word: str) -> str | None:
         """The knowledge base's spelling of ``word`` (lower case), or None when it is known or nothing fits."""
         from symspellpy import Verbosity
@@ -127,7 +134,7 @@ class Speller:
         capitalised word inside a sentence is a name, left as typed: one letter from a name is usually another
         name ("Trafford", "Strafford"). A message in another language (`other_language`) is left as typed: its
         words are not misspelt English."""
-        if other_language(question):
+        if other_language(question, self.reads_as_english):
             return question, ()
         changed: list[tuple[str, str]] = []
 
