@@ -369,8 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             if learned.other_languages is not None else {})},
               "baseline": None if not args.baseline_dir else {
                   "name": args.baseline_name, "folder": args.baseline_label or args.baseline_dir,
-                  "card": {**{k: baseline.trained.get(k) for k in ("seed", "per_class", "hidden", "epochs")},
-                           "chitchat_min": baseline.chitchat_min}}}
+                  "card": card(baseline)}}
     publish(OUT, markdown(result), result, write=not args.no_write)
     return 0
 

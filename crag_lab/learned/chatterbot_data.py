@@ -23,11 +23,11 @@ Validation holds out whole dialogues (a hash of language, topic and position, as
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable
 from pathlib import Path
 
-from crag_lab.learned.router_data import Message, _noise, held_out, unique
+from crag_lab.learned import corpora
+from crag_lab.learned.router_data import Message
 
 SMALL_TALK = frozenset(("greetings", "greeting", "conversations", "coversations", "emotion", "emotions", "emociones",
                         "botprofile", "perfilbot", "profile", "humor", "psychology", "psicologia", "compliment",
@@ -82,17 +82,6 @@ def read(folder: str | Path) -> list[Message]:
 
 
 def split(messages: Iterable[Message], seed: int) -> tuple[list[Message], list[Message]]:
-    """Training and validation messages: a text once per split, never in both, and never under two classes;
-    training texts get the surface noise every source gets (`router_data._noise`), validation texts none."""
-    messages = list(messages)
-    labels: dict[str, set[str]] = {}
-    for m in messages:
-        labels.setdefault(m.text, set()).add(m.label)
-    val = [m for m in messages if held_out(m.group) and len(labels[m.text]) == 1]
-    val_texts = {m.text for m in val}
-    train = [m for m in messages if not held_out(m.group) and len(labels[m.text]) == 1 and m.text not in val_texts]
-    rng = random.Random(seed)
-    repeat = lambda m: QUESTION_REPEAT if m.label == "simple" else 1  # noqa: E731
-    noised = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in train for _ in range(repeat(m))]
-    return unique(noised), unique(val)
-
+    """Training and validation messages (`corpora.split`: whole dialogues held out, a text once per split and under
+    one class, training texts noised); each training question is seen `QUESTION_REPEAT` times."""
+    return corpora.split(messages, seed, lambda m: QUESTION_REPEAT if m.label == "simple" else 1)

@@ -22,11 +22,11 @@ whole questions, all eight translations together, by the same hash as the other 
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterable
 from pathlib import Path
 
-from crag_lab.learned.router_data import Message, _noise, held_out, unique
+from crag_lab.learned import corpora
+from crag_lab.learned.router_data import Message
 
 SIMPLE = frozenset(("generic", "count", "ordinal", "superlative"))
 """Mintaka complexity types answered by one fact."""
@@ -63,17 +63,6 @@ def read(path: str | Path) -> list[Message]:
 
 
 def split(messages: Iterable[Message], seed: int) -> tuple[list[Message], list[Message]]:
-    """Training and validation messages (whole questions held out); training texts get the surface noise every
-    source gets (`router_data._noise`), validation texts none. A text under both classes is dropped."""
-    messages = list(messages)
-    labels: dict[str, set[str]] = {}
-    for m in messages:
-        labels.setdefault(m.text, set()).add(m.label)
-    kept = [m for m in messages if len(labels[m.text]) == 1]
-    val = unique(m for m in kept if held_out(m.group))
-    val_texts = {m.text for m in val}
-    rng = random.Random(seed)
-    train = [Message(_noise(m.text, rng), m.label, m.source, m.group) for m in kept
-             if not held_out(m.group) and m.text not in val_texts]
-    return unique(train), val
-
+    """Training and validation messages (`corpora.split`: whole questions held out, a text once per split and under
+    one class, training texts noised)."""
+    return corpora.split(messages, seed)

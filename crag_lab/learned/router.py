@@ -203,9 +203,10 @@ class LearnedRouter:
         return Route(self.classes[best], float(mean[0][best]), named(mean[0]),
                      {"vector": named(probs[0]), "tokens": named(tokens[0])})
 
-    @property
+    @functools.cached_property
     def other_languages(self) -> LearnedRouter | None:
-        """The router for messages in other languages, shipped beside this one (None when absent)."""
+        """The router for messages in other languages, shipped beside this one (None when absent); looked up once,
+        since every message asks."""
         if self.folder is None or not (self.folder / OTHER_LANGUAGES / ROUTER_FILE).is_file():
             return None
         return _load(str(self.folder / OTHER_LANGUAGES))

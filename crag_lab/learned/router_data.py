@@ -435,14 +435,6 @@ def held_out(group: str, share: float = 0.1) -> bool:
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
-def unique(messages: Iterable[Message]) -> list[Message]:
-    """Each text once, its first message kept."""
-    seen: dict[str, Message] = {}
-    for m in messages:
-        seen.setdefault(m.text, m)
-    return list(seen.values())
-
-
 def multihop_messages(rows: Iterable[Mapping[str, Any]], *, val: bool) -> list[Message]:
     """Multi-hop questions people wrote (HotpotQA **train**: ``{"question": ...}`` rows), class complex; one
     question in five, by a hash of its text, is kept for validation (``val``)."""
