@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -58,3 +60,20 @@ def test_a_folder_without_a_trained_scorer_names_itself_and_the_fix(tmp_path: Pa
 
 def test_no_text_no_work(scorer: AnswerScorer) -> None:
     assert scorer.predict([]).shape == (0,)
+
+
+@pytest.mark.parametrize("folder", ["scorer", "router/tuned", "router/other_languages/tuned", "spans"])
+def test_loading_a_shipped_adapter_is_quiet_but_other_warnings_still_show(folder: str) -> None:
+    from crag_lab.learned.fit_spans import load_base as span_base
+    from crag_lab.learned.scorer import base_model, merged, model_dir
+
+    path = SCORER_DIR.parent / folder
+    config = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
+    labels = {"scorer": 1}.get(folder, 3)
+    model = span_base(model_dir())[0] if folder == "spans" else base_model(num_labels=labels)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        merged_model = merged(model, path)
+        warnings.warn("a warning of crag_lab's own", FutureWarning, stacklevel=1)
+    assert config["peft_type"] == "LORA" and not merged_model.training
+    assert [str(w.message) for w in caught] == ["a warning of crag_lab's own"]

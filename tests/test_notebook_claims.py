@@ -55,6 +55,35 @@ def test_the_prose_check_sees_a_stated_result(tmp_path: Path) -> None:
     assert [n for _, n in prose_numbers(tmp_path / "n.ipynb") if n not in ALLOWED] == ["304"]
 
 
+def stray_outputs(notebook: Path) -> list[tuple[int, str]]:
+    """Outputs a reader should never see in a committed notebook: a warning or error stream, or a path of the machine
+    that ran it (``/work/...``, ``/home/...``, ``site-packages``)."""
+    nb = nbformat.read(notebook, as_version=4)
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = json.dumps(out.get("text", "")) + json.dumps(out.get("data", {}).get("text/plain", ""))
+            if out.get("name") == "stderr" or out.get("output_type") == "error" or re.search(
+                    r"Warning:|/work/|/home/|/root/|site-packages", text):
+                found.append((index, text[:120]))
+    return found
+
+
+@pytest.mark.parametrize("notebook", CHECKED, ids=lambda p: p.stem)
+def test_recorded_outputs_hold_no_warning_or_machine_path(notebook: Path) -> None:
+    assert stray_outputs(notebook) == [], (f"{notebook.name}: (cell, output) shows a warning or this machine's paths; "
+                                           "silence it at its source and rerun scripts/notebook_outputs.py")
+
+
+def test_the_output_check_sees_a_library_warning(tmp_path: Path) -> None:
+    warned = nbformat.v4.new_output("stream", name="stderr", text="/x/site-packages/t.py:1: FutureWarning: old\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1", outputs=[warned]),
+                                         nbformat.v4.new_code_cell("2", outputs=[nbformat.v4.new_output(
+                                             "execute_result", data={"text/plain": "0.84"}, execution_count=1)])])
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    assert [i for i, _ in stray_outputs(tmp_path / "n.ipynb")] == [0]
+
+
 # ---- a changed recording changes the sentences ----------------------------------------------------------
 
 

@@ -258,18 +258,15 @@ class TokenReader:
 @functools.lru_cache(maxsize=2)
 def _token_reader(folder: str, max_length: int, classes: int) -> TokenReader:
     import torch
-    from peft import PeftModel
 
-    from crag_lab.learned.scorer import base_model
+    from crag_lab.learned.scorer import base_model, merged
 
     if not (Path(folder) / "adapter_model.safetensors").is_file():
         raise FileNotFoundError(f"{folder}: the router's token reader is missing; reinstall crag_lab, or train it "
                                 "with crag_lab/learned/fit_router.py (crag_lab/_data/router/DATA_CARD.md)")
     torch.manual_seed(0)
     model, tokenizer = base_model(num_labels=classes)
-    model = PeftModel.from_pretrained(model, folder).merge_and_unload()
-    model.eval()
-    return TokenReader(model, tokenizer, max_length)
+    return TokenReader(merged(model, folder), tokenizer, max_length)
 
 
 @functools.lru_cache(maxsize=1)

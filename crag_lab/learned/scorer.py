@@ -57,13 +57,10 @@ class AnswerScorer:
     def from_adapter(folder: str | Path, card: ScorerCard) -> AnswerScorer:
         """The bundled MiniLM with the adapter and head in ``folder`` merged in, on CPU, in eval mode."""
         import torch
-        from peft import PeftModel
 
         torch.manual_seed(0)
         model, tokenizer = base_model()
-        model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-        model.eval()
-        return AnswerScorer(model, tokenizer, card)
+        return AnswerScorer(merged(model, folder), tokenizer, card)
 
     @staticmethod
     def load(folder: str | Path | None = None) -> AnswerScorer:
@@ -128,6 +125,25 @@ def base_model(num_labels: int = 1) -> tuple[Any, Any]:
     from crag_lab.learned.fit import load_base
 
     return load_base(model_dir(), num_labels=num_labels)
+
+
+PEFT_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
+"""What peft 0.21 triggers in transformers 5 on every adapter load (a deprecated call inside ``PeftModel``): nothing a
+user of crag_lab can act on, so `merged` keeps it out of ``crag-lab ask``'s output. Any other warning still shows."""
+
+
+def merged(model: Any, folder: str | Path) -> Any:
+    """``model`` with the LoRA adapter in ``folder`` merged in (`peft`), in eval mode, without peft's deprecation
+    notice (`PEFT_DEPRECATION`)."""
+    import warnings
+
+    from peft import PeftModel
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PEFT_DEPRECATION, category=FutureWarning)
+        model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    model.eval()
+    return model
 
 
 @functools.lru_cache(maxsize=2)

@@ -138,9 +138,9 @@ def _fingerprint(folder: str) -> str:
 @functools.lru_cache(maxsize=2)
 def _load(folder: str) -> SpanReader:
     import torch
-    from peft import PeftModel
 
     from crag_lab.learned.fit_spans import load_base
+    from crag_lab.learned.scorer import merged
 
     path = Path(folder)
     card_file = path / CARD_FILE
@@ -151,6 +151,4 @@ def _load(folder: str) -> SpanReader:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     torch.manual_seed(0)
     model, tokenizer = load_base(model_dir())
-    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-    model.eval()
-    return SpanReader(model, tokenizer, json.loads(card_file.read_text(encoding="utf-8")))
+    return SpanReader(merged(model, path), tokenizer, json.loads(card_file.read_text(encoding="utf-8")))
