@@ -27,7 +27,9 @@ DIR``, the held-out dialogues of the ChatterBot corpus in its 27 languages other
 labelled by topic, so a few "questions" are small talk with the bot); (h) with ``--mintaka FILE``, the held-out
 questions of Mintaka dev in its 8 translations (`crag_lab.learned.mintaka_data`: simple or complex by
 Mintaka's complexity type; held out from a router trained with ``--mintaka``, but of the same
-source, so not independent of it). Then the routing accuracy,
+source, so not independent of it); (i) with ``--clinc FILE``, CLINC150's held-out intents
+(`crag_lab.learned.clinc_data`: what people type to an assistant, small talk or a request for facts; whole
+intents held out from a router trained with ``--clinc``, of the same source). Then the routing accuracy,
 containment and abstention end to end (``crag-lab eval`` on the test split, once per router,
 ``CRAG_OFFLINE_ROUTER``), and the time per message.
 
@@ -53,7 +55,7 @@ from typing import Any
 import numpy as np
 from _common import ROOT, SHARED_DATASETS, log, publish
 
-from crag_lab.learned import chatterbot_data, mintaka_data, router_data
+from crag_lab.learned import chatterbot_data, clinc_data, mintaka_data, router_data
 from crag_lab.learned.router import LearnedRouter
 from crag_lab.learned.train_router import router_names
 from crag_lab.offline import router
@@ -317,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-label", help="where that head comes from, for the report (default: its folder)")
     parser.add_argument("--chatterbot", help="the chatterbot-corpus data folder: adds its held-out dialogues in languages "
                                              "other than English (crag_lab.learned.chatterbot_data; labelled by topic)")
+    parser.add_argument("--clinc", help="data/data_full.json of github.com/clinc/oos-eval: adds its held-out intents "
+                                        "(crag_lab.learned.clinc_data)")
     parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: adds its held-out "
                                           "questions in 8 other languages (crag_lab.learned.mintaka_data)")
     args = parser.parse_args(argv)
@@ -349,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mintaka:
         _, questions = mintaka_data.split(mintaka_data.read(args.mintaka), seed=13)
         data["Mintaka dev held-out questions, 8 other languages"] = [(m.text, m.label) for m in questions]
+    if args.clinc:
+        _, queries = clinc_data.split(clinc_data.read(args.clinc), seed=13)
+        for label, name in (("chitchat", "small talk"), ("simple", "requests and questions")):
+            data[f"CLINC150 held-out intents: {name}"] = [(m.text, m.label) for m in queries if m.label == label]
     data["own greetings/thanks/small talk (not independent)"] = [(q, "chitchat") for q in OWN_CHITCHAT]
     data["own requests and terse queries (not independent)"] = [(q, "simple") for q in OWN_SIMPLE]
     sets: dict[str, dict[str, Any]] = {}

@@ -49,7 +49,7 @@ def test_the_split_holds_out_whole_questions_in_every_language_is_seeded_and_dro
 
 
 def test_a_file_that_is_not_mintaka_is_one_clear_line(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"--mintaka .*not a readable Mintaka JSON file"):
+    with pytest.raises(SystemExit, match=r"--mintaka .*not a readable JSON file.*mintaka_dev.json"):
         mintaka_data.read(tmp_path / "missing.json")
     (tmp_path / "other.json").write_text('[{"question": "no translations"}]', encoding="utf-8")
     with pytest.raises(SystemExit, match=r"expected a list of questions with \"translations\""):

@@ -139,8 +139,9 @@ def _tiny_train_dir(folder: Path) -> Path:
 
 
 def _tiny_corpus_run(tmp_path: Path, *corpus: str) -> tuple[dict, list[str]]:
-    """``train_router`` on a tiny train dir with a corpus of other languages (``--chatterbot DIR`` or ``--mintaka FILE``):
-    the head's training record, and the texts of the token reader's dumped messages (five of the others replayed)."""
+    """``train_router`` on a tiny train dir with a corpus beside its own (``--chatterbot DIR``, ``--mintaka FILE``
+    or ``--clinc FILE``): the head's training record, and the texts of the token reader's dumped messages (five of
+    the others replayed)."""
     tiny = ["--train-dir", str(_tiny_train_dir(tmp_path / "train")), "--work", str(tmp_path / "work"), "--per-class", "12",
             "--val-per-class", "4", "--no-technical", *corpus]
     train_main([*tiny, "--out", str(tmp_path / "head"), "--epochs", "5", "--batch", "8", "--hidden", "8"])
@@ -179,6 +180,17 @@ def test_chitchat_needs_its_threshold_else_the_likelier_question_route_wins() ->
     if m.startswith("My kid") else m for m in PERSONAL + TERSE])
 def test_personal_and_terse_questions_are_not_small_talk(message: str, vectors: VectorCache) -> None:
     """A question routed to chitchat gets no answer: the first person or a terse form must not send it there."""
+    assert explain(message, vectors, router="learned")[0] in ("simple", "complex")
+
+
+ASSISTANT_STYLE = ["what do I do if the build server runs out of disk", "hey, quick one - who's on call this week?"]
+
+
+@pytest.mark.xfail(strict=True, reason="a known limit of the shipped router: a question about the asker's own work, typed "
+                   "as to an assistant, reads as small talk to the token reader; on CLINC150's held-out intents it sends "
+                   "661 of 1,480 such requests to small talk (docs/dev/router.md; the data card's CLINC150 section)")
+@pytest.mark.parametrize("message", ASSISTANT_STYLE)
+def test_questions_typed_as_to_an_assistant_are_not_small_talk(message: str, vectors: VectorCache) -> None:
     assert explain(message, vectors, router="learned")[0] in ("simple", "complex")
 
 

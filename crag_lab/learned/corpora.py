@@ -1,4 +1,4 @@
-"""Splitting a corpus of router messages in other languages (`chatterbot_data`, `mintaka_data`) the one way.
+"""Reading and splitting the router's corpora beside its own (`chatterbot_data`, `mintaka_data`, `clinc_data`) one way.
 
 >>> from crag_lab.learned.router_data import Message
 >>> one = [Message("hola", "chitchat", "x", "g1"), Message("hola", "simple", "x", "g2"), Message("hej", "chitchat", "x", "g3")]
@@ -8,10 +8,22 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from crag_lab.learned.router_data import Message, _noise, held_out
+
+
+def read_json(path: str | Path, option: str, source: str) -> Any:
+    """The JSON in ``path``, or one clear line naming the option and the file it wants (``source``) when it cannot
+    be read."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{option} {path}: not a readable JSON file ({exc.__class__.__name__}); give {source}") from exc
 
 
 def unique(messages: Iterable[Message]) -> list[Message]:

@@ -21,7 +21,6 @@ whole questions, all eight translations together, by the same hash as the other 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,12 +41,7 @@ def type_class(kind: str) -> str | None:
 def read(path: str | Path) -> list[Message]:
     """Every translated question of the Mintaka file at ``path``, in file order; ``source`` is
     ``mintaka/<language>``, ``group`` the question's id (its translations are held out together)."""
-    file = Path(path)
-    try:
-        rows = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"--mintaka {path}: not a readable Mintaka JSON file ({exc.__class__.__name__}); give "
-                         "data/mintaka_dev.json of github.com/amazon-science/mintaka") from exc
+    rows = corpora.read_json(path, "--mintaka", "data/mintaka_dev.json of github.com/amazon-science/mintaka")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and "translations" in r for r in rows):
         raise SystemExit(f"--mintaka {path}: expected a list of questions with \"translations\" "
                          "(data/mintaka_dev.json of github.com/amazon-science/mintaka)")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from crag_lab.learned import chatterbot_data, mintaka_data
+from crag_lab.learned import chatterbot_data, clinc_data, mintaka_data
 from crag_lab.learned.readmes import documentation, technical_names
 from crag_lab.learned.router import ROUTER_DIR, ROUTER_FILE, LearnedRouter, features, softmax
 from crag_lab.learned.router_data import CASUAL_SHARE, CLASSES, TECHNICAL_SHARE, Message, build, counts, read_jsonl
@@ -207,13 +207,19 @@ def scored(predicted: Sequence[str], messages: Sequence[Message]) -> dict[str, A
     return report
 
 
+def corpora_given(args: argparse.Namespace) -> bool:
+    """Whether a corpus beside the training folder's is given (``--chatterbot``, ``--mintaka``, ``--clinc``)."""
+    return any(getattr(args, name, None) for name in ("chatterbot", "mintaka", "clinc"))
+
+
 def corpus_messages(args: argparse.Namespace) -> tuple[list[Message], list[Message]]:
-    """The training and validation messages in other languages: the ``--chatterbot`` corpus's (`chatterbot_data`)
-    and the ``--mintaka`` file's (`mintaka_data`), or none."""
+    """The training and validation messages of the corpora given: the ``--chatterbot`` corpus's (`chatterbot_data`),
+    the ``--mintaka`` file's (`mintaka_data`) and the ``--clinc`` file's (`clinc_data`), or none."""
     train: list[Message] = []
     val: list[Message] = []
     for given, corpus in ((getattr(args, "chatterbot", None), chatterbot_data), (getattr(args, "mintaka", None),
-                                                                                  mintaka_data)):
+                                                                                  mintaka_data),
+                          (getattr(args, "clinc", None), clinc_data)):
         if given:
             more_train, more_val = corpus.split(corpus.read(given), args.seed)
             train, val = train + more_train, val + more_val
@@ -269,7 +275,7 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
         tuned_train, tuned_val = build(Path(args.train_dir), per_class=args.per_class,
                                        val_per_class=args.val_per_class, seed=args.seed, names=names,
                                        casual_share=CASUAL_SHARE if args.casual else 0.0, multihop=multihop_rows(args))
-        if args.chatterbot or args.mintaka:  # the corpora's messages; --replay draws the others (fit_router --init)
+        if corpora_given(args):  # the corpora's messages; --replay draws the others (fit_router --init)
             more_train, more_val = corpus_messages(args)
             if args.replay:
                 tuned_train = random.Random(args.seed).sample(tuned_train, min(args.replay, len(tuned_train)))
@@ -285,7 +291,7 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
     work = Path(args.work)
     x_train = embedded([m.text for m in train_msgs], work, embed)
     x_val = embedded([m.text for m in val_msgs], work, embed)
-    if args.chatterbot or args.mintaka:  # embedded apart, so the other messages' kept vectors are read back
+    if corpora_given(args):  # embedded apart, so the other messages' kept vectors are read back
         more_train, more_val = corpus_messages(args)
         x_train = np.vstack([x_train, embedded([m.text for m in more_train], work, embed)])
         x_val = np.vstack([x_val, embedded([m.text for m in more_val], work, embed)])
@@ -318,6 +324,11 @@ def train(args: argparse.Namespace, embed: Embed = minilm_embed) -> LearnedRoute
                               "simple": sorted(mintaka_data.SIMPLE), "complex": sorted(mintaka_data.COMPLEX),
                               "texts_sha256": hashlib.sha256("\n".join(
                                   m.text for m in train_msgs + val_msgs if m.source.startswith("mintaka/")).encode()).hexdigest()}
+    if args.clinc:
+        trained["clinc"] = {"corpus": "CLINC150 data_full.json (github.com/clinc/oos-eval; CC BY 3.0)",
+                            "chitchat": sorted(clinc_data.CHITCHAT), "left_out": sorted(clinc_data.META),
+                            "simple_per_intent": clinc_data.SIMPLE_PER_INTENT, "texts_sha256": hashlib.sha256("\n".join(
+                                m.text for m in train_msgs + val_msgs if m.source.startswith("clinc/")).encode()).hexdigest()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tuned:
@@ -355,8 +366,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                              "in 28 languages for the head and the pair's validation (chatterbot_data)")
     parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: questions in 8 "
                                           "other languages for the head and the pair's validation (mintaka_data)")
+    parser.add_argument("--clinc", help="data/data_full.json of github.com/clinc/oos-eval: what people type to an "
+                                        "assistant, small talk and requests, for the head and the pair's validation (clinc_data)")
     parser.add_argument("--replay", type=int, default=0,
-                        help="with --dump and --chatterbot or --mintaka: keep only this many of the other training "
+                        help="with --dump and --chatterbot, --mintaka or --clinc: keep only this many of the other training "
                              "messages, drawn (to continue a reader: fit_router --init)")
     parser.add_argument("--tuned", help="a token reader written by fit_router.py: ship it beside the head, measured")
     parser.add_argument("--head", help="with --tuned: keep the head in this router folder instead of training one")
