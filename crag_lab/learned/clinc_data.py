@@ -80,6 +80,7 @@ def split(messages: Iterable[Message], seed: int) -> tuple[list[Message], list[M
         if m.label == "simple" and not m.group.startswith("clinc/oos/"):
             by_intent.setdefault(m.group, []).append(i)
     rng = random.Random(seed)
-    dropped = {i for group in sorted(by_intent) if len(by_intent[group]) > SIMPLE_PER_INTENT
-               for i in set(by_intent[group]) - set(rng.sample(by_intent[group], SIMPLE_PER_INTENT))}
-    return [m for i, m in enumerate(train) if i not in dropped], val
+    kept = {i for group in sorted(by_intent) for i in (rng.sample(by_intent[group], SIMPLE_PER_INTENT)
+                                                      if len(by_intent[group]) > SIMPLE_PER_INTENT else by_intent[group])}
+    capped = {i for rows in by_intent.values() for i in rows}
+    return [m for i, m in enumerate(train) if i in kept or i not in capped], val

@@ -79,15 +79,33 @@ def load_base(base: str | Path, num_labels: int = 1) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+PEFT_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
+"""What peft 0.21 triggers in transformers 5 on every adapter load (a deprecated call inside ``PeftModel``): nothing a
+user of crag_lab can act on, so `adapter` keeps it out of ``crag-lab ask``'s output and the training logs. Any other
+warning still shows."""
+
+
+def adapter(model: Any, folder: str | Path, *, trainable: bool = False) -> Any:
+    """``model`` with the LoRA adapter in ``folder`` (`peft`), without peft's deprecation notice (`PEFT_DEPRECATION`):
+    every adapter crag_lab loads, to train on or to read with, is loaded here."""
+    import warnings
+
+    from peft import PeftModel
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PEFT_DEPRECATION, category=FutureWarning)
+        return PeftModel.from_pretrained(model, str(folder), is_trainable=trainable)
+
+
 def adapted(model: Any, work: Path, init: str | Path | None, fresh: Any) -> Any:
     """``model`` with a trainable adapter: the checkpoint's in ``work`` when a run stopped there, else
     ``init``'s (an adapter folder) when given, else a fresh one from the LoRA config ``fresh``."""
-    from peft import PeftModel, get_peft_model
+    from peft import get_peft_model
 
     if (work / "state.pt").exists():
-        return PeftModel.from_pretrained(model, str(work / "adapter"), is_trainable=True)
+        return adapter(model, work / "adapter", trainable=True)
     if init is not None:
-        return PeftModel.from_pretrained(model, str(init), is_trainable=True)
+        return adapter(model, init, trainable=True)
     return get_peft_model(model, fresh)
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from crag_lab.learned.fit import TARGETS, adapted, amp, load_base, run_steps
+    from crag_lab.learned.fit import TARGETS, adapted, adapter, amp, load_base, run_steps
 except ImportError:  # run as a plain script (python crag_lab/learned/fit_router.py) where crag_lab is not installed
-    from fit import TARGETS, adapted, amp, load_base, run_steps  # type: ignore[no-redef]
+    from fit import TARGETS, adapted, adapter, amp, load_base, run_steps  # type: ignore[no-redef]
 
 
 def read_messages(path: str | Path) -> tuple[list[str], list[tuple[str, int]], list[tuple[str, int]]]:
@@ -111,10 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                targets=args.targets, lr=args.lr, batch=args.batch, epochs=args.epochs, max_length=args.max_length,
                warmup=args.warmup, checkpoint_every=args.checkpoint_every, device=args.device, init=args.init)
     if val:
-        from peft import PeftModel
-
         model, tokenizer = load_base(args.base, num_labels=len(classes))
-        model = PeftModel.from_pretrained(model, args.out).to(args.device)
+        model = adapter(model, args.out).to(args.device)
         probs = probabilities(model, tokenizer, [t for t, _ in val], device=args.device, max_length=args.max_length)
         hits = [max(range(len(classes)), key=p.__getitem__) == c for p, (_, c) in zip(probs, val, strict=True)]
         done["validation_accuracy"] = round(sum(hits) / len(hits), 4)

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from crag_lab.learned.fit import adapted, amp, run_steps
+    from crag_lab.learned.fit import adapted, adapter, amp, run_steps
 except ImportError:  # run as a plain script (python crag_lab/learned/fit_spans.py) where crag_lab is not installed
-    from fit import adapted, amp, run_steps  # type: ignore[no-redef]
+    from fit import adapted, adapter, amp, run_steps  # type: ignore[no-redef]
 
 TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 """The linear layers of every MiniLM block that carry a LoRA adapter."""
@@ -223,10 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     (Path(args.out) / "fit.json").write_text(json.dumps(done, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(done), flush=True)
     if args.val:
-        from peft import PeftModel
-
         model, tokenizer = load_base(args.base)
-        model = PeftModel.from_pretrained(model, args.out).merge_and_unload().to(args.device).eval()
+        model = adapter(model, args.out).merge_and_unload().to(args.device).eval()
         started = time.time()
         measured = validate(model, tokenizer, read_examples(args.val), max_length=args.max_length, stride=args.stride,
                             device=args.device)

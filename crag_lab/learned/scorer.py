@@ -127,21 +127,11 @@ def base_model(num_labels: int = 1) -> tuple[Any, Any]:
     return load_base(model_dir(), num_labels=num_labels)
 
 
-PEFT_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
-"""What peft 0.21 triggers in transformers 5 on every adapter load (a deprecated call inside ``PeftModel``): nothing a
-user of crag_lab can act on, so `merged` keeps it out of ``crag-lab ask``'s output. Any other warning still shows."""
-
-
 def merged(model: Any, folder: str | Path) -> Any:
-    """``model`` with the LoRA adapter in ``folder`` merged in (`peft`), in eval mode, without peft's deprecation
-    notice (`PEFT_DEPRECATION`)."""
-    import warnings
+    """``model`` with the LoRA adapter in ``folder`` merged in (`crag_lab.learned.fit.adapter`), in eval mode."""
+    from crag_lab.learned.fit import adapter
 
-    from peft import PeftModel
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=PEFT_DEPRECATION, category=FutureWarning)
-        model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    model = adapter(model, folder).merge_and_unload()
     model.eval()
     return model
 
