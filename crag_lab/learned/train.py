@@ -26,7 +26,7 @@ Seven recipes (``--recipe``), the same code, sized for the machine or continuing
 - ``written``: the ``gpu`` recipe from a fresh adapter, with the written unanswerable questions of
   SQuAD 2.0 train that UnAnsQ pairs with their paragraphs (``--written``, an UnAnsQ checkout or git
   directory; `crag_lab.learned.written_unanswerable`): those of the held-out articles are validation.
-  The same three steps. Not trained yet (it wants a GPU).
+  The same three steps. Tried on a GPU, not shipped (the data card: the grader does not gain).
 - ``mixed``: the ``gpu`` recipe from a fresh adapter, with 20,000 of its own questions also made
   unanswerable by a near-miss change (as ``contrast`` makes them), so that the changes are learnt
   beside everything else rather than on top of it. The same three steps. Tried, not shipped (the data

@@ -12,7 +12,7 @@ is ``crag_lab/_data/spans/DATA_CARD.md``.
 
 ``--written UNANSQ`` (an UnAnsQ checkout or git directory) writes instead the examples that continue
 a trained reader on SQuAD 2.0 train's written unanswerable questions (`dump_written`; then
-``fit_spans.py --init crag_lab/_data/spans``); tried on CPU, not shipped (the data card).
+``fit_spans.py --init crag_lab/_data/spans``); tried on CPU and on a GPU, not shipped (the data card).
 """
 
 from __future__ import annotations
