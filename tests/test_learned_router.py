@@ -173,11 +173,7 @@ def test_chitchat_needs_its_threshold_else_the_likelier_question_route_wins() ->
     assert [router.classes[i] for i in router.decide(probs)] == ["complex", "chitchat", "simple"]
 
 
-@pytest.mark.parametrize("message", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="still small talk to both readers (head 0.95, "
-                                            "tokens 0.75): a long personal preamble before a short general "
-                                            "question; see the data card"))
-    if m.startswith("My kid") else m for m in PERSONAL + TERSE])
+@pytest.mark.parametrize("message", PERSONAL + TERSE)
 def test_personal_and_terse_questions_are_not_small_talk(message: str, vectors: VectorCache) -> None:
     """A question routed to chitchat gets no answer: the first person or a terse form must not send it there."""
     assert explain(message, vectors, router="learned")[0] in ("simple", "complex")
@@ -186,11 +182,9 @@ def test_personal_and_terse_questions_are_not_small_talk(message: str, vectors: 
 ASSISTANT_STYLE = ["what do I do if the build server runs out of disk", "hey, quick one - who's on call this week?"]
 
 
-@pytest.mark.xfail(strict=True, reason="a known limit of the shipped router: a question about the asker's own work, typed "
-                   "as to an assistant, reads as small talk to the token reader; on CLINC150's held-out intents it sends "
-                   "661 of 1,480 such requests to small talk (docs/dev/router.md; the data card's CLINC150 section)")
 @pytest.mark.parametrize("message", ASSISTANT_STYLE)
 def test_questions_typed_as_to_an_assistant_are_not_small_talk(message: str, vectors: VectorCache) -> None:
+    """What people type to a task assistant about their own work (CLINC150's kind of request) is a question."""
     assert explain(message, vectors, router="learned")[0] in ("simple", "complex")
 
 
