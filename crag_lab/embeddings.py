@@ -47,9 +47,9 @@ def minilm(batch_size: int = 64) -> BaseEmbedding:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would land in notebook outputs
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from crag_lab._minilm import MemoEmbedding
 
-    return HuggingFaceEmbedding(
+    return MemoEmbedding(
         model_name=model_dir(),
         device="cpu",
         normalize=True,
@@ -74,3 +74,4 @@ def token_lengths(model: BaseEmbedding, texts: Sequence[str]) -> list[int] | Non
         return None
     ids = tokenizer(list(texts), truncation=True, max_length=cap, verbose=False)["input_ids"]
     return [len(row) for row in ids]
+
