@@ -30,6 +30,11 @@ class MemoEmbedding(HuggingFaceEmbedding):
 
     _alone: dict[tuple[str, str], list[float]] = PrivateAttr(default_factory=dict)
 
+    def forget(self) -> None:
+        """Forget the texts remembered so far: the next of each is embedded by the weights again (benchmarks
+        that time a bare retriever beside the engine call it, so that neither searches with the other's vector)."""
+        self._alone.clear()
+
     def _embed(self, inputs: list[Any], prompt_name: str | None = None) -> list[list[float]]:
         if len(inputs) != 1 or not isinstance(inputs[0], str):
             return list(super()._embed(inputs, prompt_name))

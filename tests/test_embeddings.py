@@ -50,13 +50,16 @@ def test_a_question_embedded_alone_is_embedded_once_and_searched_with_the_same_v
     assert np.allclose(read, searched, atol=1e-6)
 
 
-def test_batches_of_several_texts_are_never_remembered(embed_model, monkeypatch) -> None:
+def test_batches_of_several_texts_are_never_remembered_and_forget_forgets_the_rest(embed_model, monkeypatch) -> None:
     sizes = _counting(embed_model, monkeypatch)
     texts = ["memo test: the first of two", "memo test: the second of two"]
     embed_model.get_text_embedding_batch(texts)
     embed_model.get_text_embedding_batch(texts)
     embed_model.get_text_embedding(texts[0])  # alone: not what the batch gave (padding), so the model runs
-    assert sizes == [2, 2, 1]
+    embed_model.get_text_embedding(texts[0])
+    embed_model.forget()
+    embed_model.get_text_embedding(texts[0])
+    assert sizes == [2, 2, 1, 1]
 
 
 def test_the_remembering_model_still_pickles(embed_model) -> None:
