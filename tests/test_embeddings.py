@@ -18,6 +18,7 @@ def test_token_lengths_are_none_for_a_model_without_a_tokenizer(hash_embed_model
 
 def _counting(embed_model, monkeypatch) -> list[int]:
     """How many texts each call of the weights (SentenceTransformer.encode) was given, from now on."""
+    embed_model.forget()  # the session's model may have embedded these texts in an earlier test
     model = embed_model._model
     sizes: list[int] = []
     encode = type(model).encode
