@@ -23,7 +23,7 @@ ALONE_MEMO = 256
 
 
 class MemoEmbedding(HuggingFaceEmbedding):
-    """``HuggingFaceEmbedding`` remembering the vectors of the last `ALONE_MEMO` texts it embedded alone.
+    """``HuggingFaceEmbedding`` remembering the vectors of up to `ALONE_MEMO` texts it embedded alone.
 
     A plain dict (its reads and writes are atomic under the GIL), so the model still pickles.
     """

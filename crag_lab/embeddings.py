@@ -74,4 +74,3 @@ def token_lengths(model: BaseEmbedding, texts: Sequence[str]) -> list[int] | Non
         return None
     ids = tokenizer(list(texts), truncation=True, max_length=cap, verbose=False)["input_ids"]
     return [len(row) for row in ids]
-
