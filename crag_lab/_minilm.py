@@ -7,12 +7,16 @@ the text and the prompt the model puts before it (none for the bundled MiniLM, s
 passage of the same words share a vector, as they always did). Batches of several texts (an index
 build, a chunk's units) are never remembered: padding changes their last digits.
 
+A question's vector also outlives the session: `crag_lab.offline.vectors.VectorCache` stores it beside the
+index, and hands it back here (`remember`) when a later session reads the question from there.
+
 Its own module so that `crag_lab.embeddings` imports LlamaIndex's Hugging Face package only when the
 model is built, and so that the class pickles by reference (Ray workers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -35,14 +39,26 @@ class MemoEmbedding(HuggingFaceEmbedding):
         that time a bare retriever beside the engine call it, so that neither searches with the other's vector)."""
         self._alone.clear()
 
+    def remember(self, text: str, vector: Sequence[float], prompt_name: str = "text") -> None:
+        """Take ``vector`` as what the weights give for ``text`` embedded alone: one an earlier session stored
+        (`crag_lab.offline.vectors.VectorCache` keeps a question's vector beside its index), so that this
+        session's search does not embed the question again."""
+        self._keep(self._key(prompt_name, text), [float(x) for x in vector])
+
+    def _key(self, prompt_name: str | None, text: str) -> tuple[str, str]:
+        return (getattr(self._model, "prompts", None) or {}).get(prompt_name or "") or "", text
+
+    def _keep(self, key: tuple[str, str], vector: list[float]) -> None:
+        if len(self._alone) >= ALONE_MEMO:
+            self._alone.clear()
+        self._alone[key] = vector
+
     def _embed(self, inputs: list[Any], prompt_name: str | None = None) -> list[list[float]]:
         if len(inputs) != 1 or not isinstance(inputs[0], str):
             return list(super()._embed(inputs, prompt_name))
-        key = ((getattr(self._model, "prompts", None) or {}).get(prompt_name or "") or "", inputs[0])
+        key = self._key(prompt_name, inputs[0])
         known = self._alone.get(key)
         if known is None:
             known = list(super()._embed(inputs, prompt_name)[0])
-            if len(self._alone) >= ALONE_MEMO:
-                self._alone.clear()
-            self._alone[key] = known
+            self._keep(key, known)
         return [list(known)]

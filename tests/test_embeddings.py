@@ -70,3 +70,19 @@ def test_the_remembering_model_still_pickles(embed_model) -> None:
     copy = pickle.loads(pickle.dumps(embed_model))
     assert copy.get_query_embedding("memo test: pickled after one question") == \
         embed_model.get_query_embedding("memo test: pickled after one question")
+
+
+def test_a_later_session_searches_with_the_question_vector_an_earlier_one_stored(embed_model, monkeypatch,
+                                                                                tmp_path) -> None:
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    from crag_lab.offline.vectors import STORE_FILE, VectorCache
+
+    question = "memo test: which port does the stored gateway listen on?"
+    VectorCache(embed_model, store=tmp_path / STORE_FILE, model_name="minilm").query(question)
+    sizes = _counting(embed_model, monkeypatch)  # a new session: the model remembers nothing
+    VectorCache(embed_model, store=tmp_path / STORE_FILE, model_name="minilm").query(question)  # from the store
+    searched = embed_model._get_query_embedding(question)
+    assert sizes == []
+    assert searched == HuggingFaceEmbedding._embed(embed_model, [question], prompt_name="query")[0]
+    assert sizes == [1]

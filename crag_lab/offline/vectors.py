@@ -42,6 +42,8 @@ DEFAULT_MAX_ROWS = 200_000
 STORE_FILE = "reading-vectors.sqlite"
 """The group store's file name in a knowledge base's cache folder."""
 _GROUP_FORMAT = "group-v1"
+_ALONE = "alone:"
+"""Prefix of the store's key for a one-text group's vector as the model gave it (`VectorCache._recall`)."""
 
 
 def passage_key(text: str, path: str | None, title: str | None) -> str:
@@ -188,12 +190,16 @@ class VectorCache:
         matrix = self.store.get(key, len(texts)) if self.store is not None else None
         if matrix is not None:
             self.read_from_store += len(texts)
+            if len(texts) == 1:
+                self._recall(texts[0], key)
         else:
-            encoded = self.embed_model.get_text_embedding_batch(list(texts))
-            matrix = _unit_rows(np.asarray(encoded, dtype=np.float32))
+            encoded = np.asarray(self.embed_model.get_text_embedding_batch(list(texts)), dtype=np.float32)
+            matrix = _unit_rows(encoded)
             self.encoded += len(texts)
             if self.store is not None:
                 self.store.put(key, matrix)
+                if len(texts) == 1 and callable(getattr(self._embed_model, "remember", None)):
+                    self.store.put(_ALONE + key, encoded)
         with self._lock:
             if key not in self._groups:
                 self._groups[key] = matrix
@@ -202,6 +208,17 @@ class VectorCache:
                 _, dropped = self._groups.popitem(last=False)
                 self._rows -= len(dropped)
         return matrix
+
+    def _recall(self, text: str, key: str) -> None:
+        """Hand the model a text's vector as it gave it (before this cache normalised it again), when the store
+        kept it: a model that remembers texts embedded alone (`crag_lab._minilm.MemoEmbedding`) then answers the
+        retriever's search for the same question without running its weights. Equal to the last bit: float32
+        values stored as float32."""
+        remember = getattr(self._embed_model, "remember", None)
+        if self.store is not None and callable(remember):
+            alone = self.store.get(_ALONE + key, 1)
+            if alone is not None:
+                remember(text, alone[0].tolist())
 
     def one(self, text: str) -> np.ndarray:
         """The vector the index holds for ``text``, else ``text`` encoded on its own."""
