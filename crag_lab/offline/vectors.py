@@ -12,7 +12,9 @@ model's time (about 11 ms a sentence on two CPU cores), so the cache:
   asked before: a warm cache and a cold one give identical answers;
 - keeps each group in a SQLite file beside the index when one is given (`GroupStore`), keyed by
   the embedding model and the group's texts, so a second session, an evaluation re-run or another
-  process reads instead of encoding.
+  process reads instead of encoding; a one-text group (a question) also keeps its vector as the model
+  gave it, handed back to the model in a later session (`VectorCache._recall`), so that the
+  retriever's search for the same question does not run the model either.
 
 >>> import numpy as np
 >>> cache = VectorCache(embed_model=None)
