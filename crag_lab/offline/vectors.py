@@ -12,7 +12,7 @@ model's time (about 11 ms a sentence on two CPU cores), so the cache:
   asked before: a warm cache and a cold one give identical answers;
 - keeps each group in a SQLite file beside the index when one is given (`GroupStore`), keyed by
   the embedding model and the group's texts, so a second session, an evaluation re-run or another
-  process reads instead of encoding; a one-text group (a question) also keeps its vector as the model
+  process reads instead of encoding; a question (`query`) also keeps its vector as the model
   gave it, handed back to the model in a later session (`VectorCache._recall`), so that the
   retriever's search for the same question does not run the model either.
 
@@ -179,10 +179,14 @@ class VectorCache:
         with self._lock:
             self._seeded.update(zip(texts, rows, strict=True))
 
-    def group(self, texts: Sequence[str]) -> np.ndarray:
-        """A ``(len(texts), dim)`` matrix of unit vectors, encoded together as one batch if unseen."""
+    def group(self, texts: Sequence[str], *, searched: bool = False) -> np.ndarray:
+        """A ``(len(texts), dim)`` matrix of unit vectors, encoded together as one batch if unseen.
+
+        ``searched``: the one text is also what the retriever searches with (`query`): the store keeps its
+        vector as the model gave it too, and hands it back to a later session's model (`_recall`)."""
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        searched = searched and len(texts) == 1
         key = group_key(self.model_name, texts)
         with self._lock:
             found = self._groups.get(key)
@@ -192,7 +196,7 @@ class VectorCache:
         matrix = self.store.get(key, len(texts)) if self.store is not None else None
         if matrix is not None:
             self.read_from_store += len(texts)
-            if len(texts) == 1:
+            if searched:
                 self._recall(texts[0], key)
         else:
             encoded = np.asarray(self.embed_model.get_text_embedding_batch(list(texts)), dtype=np.float32)
@@ -200,7 +204,7 @@ class VectorCache:
             self.encoded += len(texts)
             if self.store is not None:
                 self.store.put(key, matrix)
-                if len(texts) == 1 and callable(getattr(self._embed_model, "remember", None)):
+                if searched and callable(getattr(self._embed_model, "remember", None)):
                     self.store.put(_ALONE + key, encoded)
         with self._lock:
             if key not in self._groups:
@@ -222,15 +226,17 @@ class VectorCache:
             if alone is not None:
                 remember(text, alone[0].tolist())
 
-    def one(self, text: str) -> np.ndarray:
-        """The vector the index holds for ``text``, else ``text`` encoded on its own."""
+    def one(self, text: str, *, searched: bool = False) -> np.ndarray:
+        """The vector the index holds for ``text``, else ``text`` encoded on its own (``searched``: see `group`)."""
         with self._lock:
             seeded = self._seeded.get(text)
-        return seeded if seeded is not None else self.group([text])[0]
+        return seeded if seeded is not None else self.group([text], searched=searched)[0]
 
     def texts(self, texts: Sequence[str]) -> np.ndarray:
         """One row per text, each as `one` gives it."""
         return np.vstack([self.one(t) for t in texts]) if texts else np.zeros((0, 0), dtype=np.float32)
 
-    query = one
-    """The unit vector of a question (MiniLM embeds queries and passages alike)."""
+    def query(self, text: str) -> np.ndarray:
+        """The unit vector of a question (MiniLM embeds queries and passages alike), kept for the retriever's
+        search of it in a later session too."""
+        return self.one(text, searched=True)
