@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from _report_batching import headline_batching, section_batching
 from _report_export import headline_export, section_export
 from _report_fmt import NA, against, f, get, pct, sci, status, table
 from _report_scaleout import section_realmodel, section_scaleout
@@ -111,6 +112,8 @@ def headline(b: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> 
         rows.append(["12", "regrade + replay 140 questions with a cached grader, vs re-running them (issue #33)",
                      f"{f(get(rg, 'cached_s', 'total'), 2)} s vs {f(rg['rerun_s'], 1)} s re-run with the offline model "
                      f"({f(rg['ratio'], 1)}×); reproduces the recording: {f(rg['reproduces_recording'])}", "info"])
+    if b.get("batching"):
+        rows.append(headline_batching(b["batching"]))
     return table(["#", "target", "measured", "status"], rows)
 
 
@@ -467,7 +470,7 @@ def section_regrade(rg: Mapping[str, Any]) -> str:
 SECTIONS = {"calls": section_calls, "replay": section_replay, "overhead": section_overhead, "index": section_index,
             "scale": section_scale, "memory": section_memory, "latency": section_latency,
             "frontier": section_frontier, "scaleout": section_scaleout, "realmodel": section_realmodel,
-            "export": section_export, "regrade": section_regrade}
+            "export": section_export, "regrade": section_regrade, "batching": section_batching}
 
 
 def render(results: Mapping[str, Any]) -> str:

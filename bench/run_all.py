@@ -27,7 +27,7 @@ BENCH = Path(__file__).resolve().parent
 # Order matters: calls reuses the 100-question run that memory records (the same questions at the same
 # config, deterministic), and replay the knowledge_base run that calls records.
 BENCHMARKS = ("memory", "calls", "replay", "overhead", "index", "scale", "latency", "frontier", "scaleout", "realmodel",
-              "export", "regrade")
+              "export", "regrade", "batching")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,8 +42,21 @@ def test_scores_are_probabilities_in_input_order_and_repeatable(scorer: AnswerSc
 
 
 def test_a_pairs_score_does_not_depend_on_its_batch(scorer: AnswerScorer) -> None:
-    together = scorer.predict(PAIRS, batch_size=len(PAIRS))
-    alone = np.array([scorer.predict([pair])[0] for pair in PAIRS])
+    long_pair = (PAIRS[0][0], "Ingress > Ports: " + " ".join(f"| listener-{k} | {9000 + k} | internal |" for k in range(30)))
+    pairs = [*PAIRS, long_pair]
+    shapes: list[tuple[int, int]] = []
+    model = scorer._model
+    scorer._memo.clear()
+    try:
+        scorer._model = lambda **batch: shapes.append(tuple(batch["input_ids"].shape)) or model(**batch)
+        together = scorer.predict(pairs)
+    finally:
+        scorer._model = model
+    assert len(shapes) == 2 and min(shapes, key=lambda shape: shape[1])[0] == len(PAIRS)  # the long pair pads no other
+    alone = []
+    for pair in pairs:
+        scorer._memo.clear()
+        alone.append(scorer.predict([pair])[0])
     np.testing.assert_allclose(together, alone, atol=1e-4)
 
 

@@ -275,3 +275,26 @@ def test_perturbing_adds_unanswerable_twins_and_leaves_the_rest_as_it_was() -> N
     assert [e for e in twins if not e.source.startswith("perturbed-")] == plain
     added = [e for e in twins if e.source.startswith("perturbed-")]
     assert added and all(e.start == -1 and e.question not in {r["question"] for r in ROWS} for e in added)
+
+
+def test_a_long_passage_read_beside_short_ones_gives_the_spans_each_gives_alone(reader: SpanReader) -> None:
+    question = "Which port does the gateway listen on?"
+    table = "Ports: " + " ".join(f"| service-{k} | {9000 + k} | internal |" for k in range(40))
+    passages = ["Gateway: The gateway listens on port 8443.", table, "Cats: Cats purr when they are happy.",
+                "Gateway: Health checks use port 8081."]
+    shapes: list[tuple[int, int]] = []
+    model = reader._model
+    reader._memo.clear()
+    try:
+        reader._model = lambda **batch: shapes.append(tuple(batch["input_ids"].shape)) or model(**batch)
+        together = reader.read(question, passages)
+    finally:
+        reader._model = model
+    assert min(shapes, key=lambda shape: shape[1]) == (3, 22)  # the short passages are not padded to the table's width
+    alone = []
+    for text in passages:
+        reader._memo.clear()
+        alone.append(reader.read(question, [text])[0])
+    assert [s.text for s in together] == [s.text for s in alone]
+    assert together[0].text == "8443"
+    assert all(abs(a.margin - b.margin) <= 1e-3 for a, b in zip(together, alone, strict=True))

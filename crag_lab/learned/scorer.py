@@ -70,12 +70,15 @@ class AnswerScorer:
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> np.ndarray:
         """The probability that each ``(question, text)`` pair's text answers its question, in order.
 
-        Pairs are batched by length and each batch is padded to its own longest pair, so a pair's
-        score never depends on the others it is batched with beyond float noise in the last digits;
+        Pairs are batched by token length (`crag_lab.learned.batching.length_batches`) and each batch is
+        padded to its own longest pair, so a pair's score never depends on the others it is batched
+        with beyond float noise in the last digits;
         scores are rounded to 6 places. The last `MEMO_SIZE` pairs scored are remembered: a grading
         round that sees an item again (a kept item in a later round) reads its units' scores back.
         """
         import torch
+
+        from crag_lab.learned.batching import length_batches
 
         out = np.zeros(len(pairs), dtype=np.float32)
         todo: dict[tuple[str, str], list[int]] = {}
@@ -87,19 +90,21 @@ class AnswerScorer:
                 else:
                     self._memo.move_to_end(pair)
                     out[i] = known
-        fresh = sorted(todo, key=lambda pair: len(pair[0]) + len(pair[1]))  # similar lengths pad less
-        with torch.inference_mode():
-            for start in range(0, len(fresh), batch_size):
-                batch = fresh[start:start + batch_size]
-                enc = self._tokenizer([q for q, _ in batch], [t for _, t in batch], truncation="only_second",
-                                      max_length=self.card.max_length, padding=True, return_tensors="pt")
-                probs = np.round(torch.sigmoid(self._model(**enc).logits.reshape(-1)).numpy(), 6)
-                with self._lock:
-                    for pair, p in zip(batch, probs, strict=True):
-                        out[todo[pair]] = p
-                        self._memo[pair] = float(p)
-                    while len(self._memo) > MEMO_SIZE:
-                        self._memo.popitem(last=False)
+        fresh = list(todo)
+        if fresh:
+            enc = self._tokenizer([q for q, _ in fresh], [t for _, t in fresh], truncation="only_second",
+                                  max_length=self.card.max_length)
+            keys = list(enc.keys())
+            with torch.inference_mode():  # pairs of like length together: less padding (`length_batches`)
+                for ids in length_batches([len(x) for x in enc["input_ids"]], batch_size):
+                    batch = self._tokenizer.pad({k: [enc[k][i] for i in ids] for k in keys}, return_tensors="pt")
+                    probs = np.round(torch.sigmoid(self._model(**batch).logits.reshape(-1)).numpy(), 6)
+                    with self._lock:
+                        for i, p in zip(ids, probs, strict=True):
+                            out[todo[fresh[i]]] = p
+                            self._memo[fresh[i]] = float(p)
+                        while len(self._memo) > MEMO_SIZE:
+                            self._memo.popitem(last=False)
         return out
 
 

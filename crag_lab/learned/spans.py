@@ -78,6 +78,7 @@ class SpanReader:
         """
         import torch
 
+        from crag_lab.learned.batching import length_batches
         from crag_lab.learned.fit_spans import best_spans, windows
 
         out: dict[int, Span] = {}
@@ -95,22 +96,23 @@ class SpanReader:
         if todo:
             enc = windows(self._tokenizer, [question] * len(todo), [passages[i] for i in todo],
                           max_length=self.max_length, stride=self.stride)
-            best: dict[int, tuple[float, int, int]] = {}
-            null: dict[int, float] = {}
+            read: dict[int, tuple[float, list[tuple[float, int, int]]]] = {}
             keys = ["input_ids", "attention_mask", "token_type_ids"]
-            with torch.inference_mode():
-                for lo in range(0, len(enc["input_ids"]), batch_size):
-                    ids = list(range(lo, min(lo + batch_size, len(enc["input_ids"]))))
+            with torch.inference_mode():  # windows of like length together: less padding (`length_batches`)
+                for ids in length_batches([len(x) for x in enc["input_ids"]], batch_size):
                     padded = self._tokenizer.pad({k: [enc[k][w] for w in ids] for k in keys}, return_tensors="pt")
                     result = self._model(**padded)
                     starts, ends = result.start_logits.tolist(), result.end_logits.tolist()  # plain floats: fast to sort
                     for j, w in enumerate(ids):
-                        row = todo[enc["overflow_to_sample_mapping"][w]]
-                        n, spans = best_spans(starts[j], ends[j],
-                                              enc["offset_mapping"][w], enc.sequence_ids(w), top=5)
-                        null[row] = min(null.get(row, n), n)
-                        if spans and spans[0][0] > best.get(row, (float("-inf"), 0, 0))[0]:
-                            best[row] = spans[0]
+                        read[w] = best_spans(starts[j], ends[j], enc["offset_mapping"][w], enc.sequence_ids(w), top=5)
+            best: dict[int, tuple[float, int, int]] = {}
+            null: dict[int, float] = {}
+            for w in sorted(read):  # in window order, so a tie goes to the earlier window
+                row = todo[enc["overflow_to_sample_mapping"][w]]
+                n, spans = read[w]
+                null[row] = min(null.get(row, n), n)
+                if spans and spans[0][0] > best.get(row, (float("-inf"), 0, 0))[0]:
+                    best[row] = spans[0]
             with self._lock:
                 for i in todo:
                     score, start, end = best.get(i, (float("-inf"), 0, 0))
