@@ -72,6 +72,22 @@ def resolve_embedder(spec: str | Embedder) -> Embedder:
                      "RayDataEmbedder")
 
 
+def threads_if_this_machine() -> int | None:
+    """This process's torch threads when the joined Ray cluster is this machine alone, else None.
+
+    MiniLM's output depends in the last float digits on how many threads share a matrix product (on
+    some CPUs), and a Ray worker that asks for one CPU runs torch on one thread. On this machine the
+    workers therefore use the driver's thread count, so a Ray build writes the local build's bytes
+    (the workers then share the cores); on a cluster of other machines each worker keeps the CPUs Ray
+    gives it, and its vectors agree with a local build's to float rounding.
+    """
+    import torch
+
+    ray = import_ray(_PURPOSE)
+    alive = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
+    return int(torch.get_num_threads()) if alive == [ray.get_runtime_context().get_node_id()] else None
+
+
 class EmbedBatches:
     """A Ray Data worker: loads the embedding model once, then embeds whole local batches, one per row.
 
@@ -81,7 +97,11 @@ class EmbedBatches:
     """
 
     def __init__(self, factory: Callable[[], BaseEmbedding], model_name: str, batch_size: int,
-                 device: str | None = None) -> None:
+                 device: str | None = None, threads: int | None = None) -> None:
+        if threads is not None:  # the driver's torch threads: same machine, same thread count, same bytes
+            import torch
+
+            torch.set_num_threads(threads)
         self.model = UnitEmbedding(factory, model_name=model_name, embed_batch_size=batch_size)
         encoder = getattr(self.model.inner, "_model", None)  # a Sentence Transformers model (the bundled one)
         if device is not None and encoder is not None and callable(getattr(encoder, "to", None)):
@@ -177,7 +197,8 @@ class RayDataEmbedder:
         embedded = rows.map_batches(
             EmbedBatches,
             fn_constructor_kwargs={"factory": embed.factory, "model_name": embed.model_name,
-                                   "batch_size": embed.embed_batch_size, "device": self.device},
+                                   "batch_size": embed.embed_batch_size, "device": self.device,
+                                   "threads": None if self.num_gpus else threads_if_this_machine()},
             batch_size=1,  # one Ray Data row = one whole local batch, never split or merged
             batch_format="pyarrow",
             compute=ray_data.ActorPoolStrategy(size=size),

@@ -25,7 +25,7 @@ from crag_lab.embeddings import default_embed_model
 from crag_lab.errors import RayUnavailableError
 from crag_lab.kb import KnowledgeBase
 from crag_lab.kb._embedding import DEFAULT_MODEL_ID, UnitEmbedding, embed_batch, embed_texts
-from crag_lab.ray_index import RayDataEmbedder, resolve_embedder
+from crag_lab.ray_index import RayDataEmbedder, resolve_embedder, threads_if_this_machine
 
 BATCH = 4
 KB = {
@@ -92,6 +92,17 @@ def test_a_ray_data_build_writes_the_local_index_byte_for_byte(
                                 embed_with=(idle := RayDataEmbedder(workers=2)))
     assert again.build_report is not None and again.build_report["chunks_embedded"] == 0
     assert idle.last_run == {}  # nothing changed: no Ray Data stage ran
+
+
+def test_workers_on_this_machine_use_the_drivers_threads_and_a_wider_cluster_its_own(
+        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+    import torch
+
+    assert threads_if_this_machine() == torch.get_num_threads()  # a thread count moves MiniLM's last digits
+    nodes = ray.nodes()
+    monkeypatch.setattr(ray, "nodes", lambda: [*nodes, {"NodeID": "another-machine", "Alive": True}])
+    assert threads_if_this_machine() is None
 
 
 class StageHere(RayDataEmbedder):
