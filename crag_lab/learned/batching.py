@@ -3,10 +3,11 @@
 A transformer pass over a padded batch costs about as much as if every row were as long as the
 longest, plus a fixed cost for the pass itself. One question's windows often mix a long table or
 code block with short paragraphs: padded as one batch, the span reader's windows for the knowledge
-base's questions read about 35 % more tokens than they hold, the answer scorer's pairs about 55 % more
-(`bench/RESULTS.md`, section 13). `length_batches` splits the rows, sorted by length, where the padding saved outweighs
-the cost of one more pass: the cheapest such split, found exactly (dynamic programming over the
-sorted lengths). A row's result moves only in its last float digits with the width of its batch.
+base's questions read about 35 % more tokens than they hold, the answer scorer's pairs about 55 %
+more (`bench/RESULTS.md`, section 13). `length_batches` splits the rows, sorted by length, where the
+padding saved outweighs the cost of one more pass: the cheapest such split, found exactly (dynamic
+programming over the sorted lengths). A row's result moves only in its last float digits with the
+width of its batch.
 
 The split depends only on the lengths, so the same inputs always give the same batches.
 

@@ -96,7 +96,7 @@ class SpanReader:
         if todo:
             enc = windows(self._tokenizer, [question] * len(todo), [passages[i] for i in todo],
                           max_length=self.max_length, stride=self.stride)
-            read: dict[int, tuple[float, list[tuple[float, int, int]]]] = {}
+            readings: dict[int, tuple[float, list[tuple[float, int, int]]]] = {}
             keys = ["input_ids", "attention_mask", "token_type_ids"]
             with torch.inference_mode():  # windows of like length together: less padding (`length_batches`)
                 for ids in length_batches([len(x) for x in enc["input_ids"]], batch_size):
@@ -104,12 +104,12 @@ class SpanReader:
                     result = self._model(**padded)
                     starts, ends = result.start_logits.tolist(), result.end_logits.tolist()  # plain floats: fast to sort
                     for j, w in enumerate(ids):
-                        read[w] = best_spans(starts[j], ends[j], enc["offset_mapping"][w], enc.sequence_ids(w), top=5)
+                        readings[w] = best_spans(starts[j], ends[j], enc["offset_mapping"][w], enc.sequence_ids(w), top=5)
             best: dict[int, tuple[float, int, int]] = {}
             null: dict[int, float] = {}
-            for w in sorted(read):  # in window order, so a tie goes to the earlier window
+            for w in sorted(readings):  # in window order, so a tie goes to the earlier window
                 row = todo[enc["overflow_to_sample_mapping"][w]]
-                n, spans = read[w]
+                n, spans = readings[w]
                 null[row] = min(null.get(row, n), n)
                 if spans and spans[0][0] > best.get(row, (float("-inf"), 0, 0))[0]:
                     best[row] = spans[0]
