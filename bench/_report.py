@@ -414,10 +414,12 @@ def section_memory(m: Mapping[str, Any]) -> str:
 def section_latency(lat: Mapping[str, Any]) -> str:
     out = ["## 7. Offline latency per question, before and after the offline-model redesign\n",
            f"`bench/bench_latency.py`: the engine at commit `{lat['before_commit']}` (checked out with `git worktree`) "
-           "and this checkout answer the same labelled KB questions one at a time in fresh processes, alternating "
-           "the order over two halves of the questions. This checkout runs twice, each on a fresh index folder: "
-           "*cold* (a first session: a chunk's sentences are encoded the first time a question meets it, then "
-           "stored) and *prepared* (after `Lab.prepare()`, which encodes every chunk's sentences once per index: "
+           "and this checkout answer the same labelled KB questions one at a time, each engine in its own process "
+           "(models loaded and a warm-up question asked first), question by question: each question goes to every "
+           "engine in turn, the order rotating from question to question, while the others wait. This checkout runs "
+           "twice, each on a fresh copy of an index folder built once: *cold* (the index alone, a first session: a "
+           "chunk's sentences are encoded the first time a question meets it, then stored) and *prepared* (the index "
+           "after `Lab.prepare()`, which encodes every chunk's sentences once per index: "
            f"{' s, '.join(f(s, 1) for s in lat.get('prepare_s', []))} s here; every later session on the index is in "
            "this state). Chitchat is left out of `all`.\n"]
     engines = ("before", "now_cold", "now_prepared")

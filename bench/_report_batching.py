@@ -25,7 +25,8 @@ def section_batching(bt: Mapping[str, Any]) -> str:
            "index while every call of the span reader and of the answer scorer is recorded; the calls are then made "
            "again, each with the reader's memory cleared, the way the readers batched before and grouped by length "
            f"(`crag_lab.learned.batching.length_batches`, a pass costed at {bt['pass_cost_tokens']} tokens), "
-           f"alternating which goes first, {bt['repeats']} repeats, medians.\n"]
+           f"each call both ways back to back, which goes first alternating from call to call, {bt['repeats']} repeats, "
+           "medians.\n"]
     rows = []
     for key, (name, _, _, _) in READERS.items():
         r = bt[key]

@@ -80,7 +80,8 @@ def section_scaleout_server(ms: Mapping[str, Any]) -> str:
     return ("\n### A real model server\n\n"
             f"{ms['questions']} stratified KB questions against {ms['server']} serving {ms['model']} (the realmodel "
             f"extra; started in {f(ms['server_start_s'], 1)} s), `CragConfig(top_k=3, max_iterations=1)`, no response "
-            "cache. The server and the lab share the machine's 2 cores.\n\n"
+            "cache. The server and the lab share the machine's 2 cores. Several questions at once against one server: "
+            "section 10.\n\n"
             + table(["contender", "start-up s", "answering s", "questions/s", "model calls/s", "tokens/s",
                      "calls per question", "failed calls"], rows)
             + f"\nRatios (questions/s): {ratios}.\n")

@@ -6,9 +6,9 @@ item a grading round sees. Before, each call's rows went through the model in ba
 longest (a table or code block next to short paragraphs); now
 `crag_lab.learned.batching.length_batches` groups them by length. This bench asks stratified KB
 questions with the offline model on a prepared index, records every call of both readers, then makes
-those calls again both ways, alternating which goes first, with the reader's memory cleared before
-each call. Reported per reader: the time of all calls (median of the repeats) and per call, the tokens
-each way reads (padding included), and whether the results agree.
+those calls again, each call both ways back to back (which goes first alternates), with the
+reader's memory cleared before each call. Reported per reader: the time of all calls (median of the
+repeats) and per call, the tokens each way reads (padding included), and whether the results agree.
 
     .venv/bin/python bench/bench_batching.py [--quick] [--json PATH]
 """
@@ -85,28 +85,31 @@ def tokens(lengths: Sequence[list[int]], plan: Callable[..., list[list[int]]], m
 
 def compare(name: str, calls: Sequence[Any], run: Callable[[Any], Any], repeats: int,
             agree: Callable[[Any, Any], dict[str, Any]], before: Callable[..., list[list[int]]]) -> dict[str, Any]:
-    """Each call both ways (``before``, then `length_batches`), ``repeats`` times, alternating which goes first."""
+    """Each call both ways (``before`` and `length_batches`) back to back, ``repeats`` times; which way goes first
+    alternates from call to call and from repeat to repeat, so a change in the machine's load meets both alike."""
     from crag_lab.learned import batching
 
     grouped = batching.length_batches
     ways = {"before": before, "length_batches": grouped}
     total: dict[str, list[float]] = {w: [] for w in ways}
     per_call: dict[str, list[float]] = {w: [] for w in ways}
-    found: dict[str, list[Any]] = {}
+    found: dict[str, list[Any]] = {w: [] for w in ways}
     for rep in range(repeats):
-        for way in (list(ways) if rep % 2 == 0 else list(ways)[::-1]):
-            batching.length_batches = ways[way]  # type: ignore[assignment]  # the readers look it up at each call
-            out, times = [], []
-            try:
-                for call in calls:
+        times: dict[str, list[float]] = {w: [] for w in ways}
+        for i, call in enumerate(calls):
+            for way in (list(ways) if (rep + i) % 2 == 0 else list(ways)[::-1]):
+                batching.length_batches = ways[way]  # type: ignore[assignment]  # the readers look it up at each call
+                try:
                     start = time.perf_counter()
-                    out.append(run(call))
-                    times.append((time.perf_counter() - start) * 1000)
-            finally:
-                batching.length_batches = grouped
-            total[way].append(sum(times))
-            per_call[way] += times
-            found[way] = out
+                    out = run(call)
+                    times[way].append((time.perf_counter() - start) * 1000)
+                finally:
+                    batching.length_batches = grouped
+                if rep == repeats - 1:
+                    found[way].append(out)
+        for way in ways:
+            total[way].append(sum(times[way]))
+            per_call[way] += times[way]
         log(f"{name} repeat {rep + 1}/{repeats}: " + ", ".join(f"{w} {total[w][-1]:.0f} ms" for w in ways))
     return {"calls": len(calls), "total_ms": {w: summary(v, 1) for w, v in total.items()},
             "per_call_ms": {w: summary(v, 2) for w, v in per_call.items()},
@@ -138,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     log(f"recording the readers' calls on {len(rows)} questions")
     calls = record_calls(rows)
     reader, scorer = SpanReader.load(), AnswerScorer.load()
-    repeats = 2 if args.quick else 4
+    repeats = 1 if args.quick else 2
 
     def read(call: tuple[str, list[str]]) -> Any:
         reader._memo.clear()

@@ -224,6 +224,7 @@ def real_vectors_ann(quick: bool) -> dict[str, Any]:
         xb, xq, embed_s = data["passages"], data["queries"], float(data["embed_s"])
     else:
         from crag_lab.embeddings import default_embed_model
+        from crag_lab.kb._embedding import embed_texts
 
         passages = [json.loads(line) for line in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
                     if line.strip()]
@@ -232,8 +233,7 @@ def real_vectors_ann(quick: bool) -> dict[str, Any]:
         model = default_embed_model()
         log(f"scale: embedding {len(passages)} HotpotQA passages (cached afterwards)")
         t0 = time.perf_counter()
-        xb = np.asarray(model.get_text_embedding_batch([f"{p['title']}\n{p['text']}" for p in passages]),
-                        dtype=np.float32)
+        xb = embed_texts(model, [f"{p['title']}\n{p['text']}" for p in passages])  # batched by length, as a build
         embed_s = time.perf_counter() - t0
         xq = np.asarray([model.get_query_embedding(q) for q in questions], dtype=np.float32)
         np.savez(cache, passages=xb, queries=xq, embed_s=embed_s, stamp=stamp)

@@ -8,14 +8,15 @@ and the actors building their labs until the first answer can be asked) is timed
 answering. Every Ray run must give the local run's records (latencies aside); the bench says so.
 
 Index builds: the bundled KB built from scratch in this process (model loaded beforehand) and with
-its chunks embedded by a Ray Data stage (`crag_lab.ray_index.RayDataEmbedder`) of 1 and of 2 workers on
-a local Ray; each Ray Data build includes its workers' start (each loads the model). Every Ray Data
+its chunks embedded by a Ray Data stage (`crag_lab.ray_index.RayDataEmbedder`) of 2 workers on a local
+Ray; each Ray Data build includes its workers' start (each loads the model). Every Ray Data
 index must equal the local one: vectors byte for byte, manifest, docstore and FAISS file.
 
 A real model server: llama.cpp's server with Gemma 3 270M (the realmodel extra; skipped, saying why,
 without it), ``--parallel 2``, answering a few KB questions (``top_k=3, max_iterations=1``) in this
-process one at a time and two at a time, and through `RayExecutor` with one worker: questions/s,
-model calls/s and tokens/s, the number a cluster's budget is made of.
+process one at a time and through `RayExecutor` with one worker: questions/s, model calls/s and
+tokens/s, the number a cluster's budget is made of. Several questions at once against one server is
+``bench_realmodel.py``'s (concurrency 4 against 1).
 
 Vector stores: the bundled KB's FAISS index copied into an embedded Qdrant collection (no
 re-embedding), then every question's top 10 from both with the same query vectors: latency of the
@@ -186,7 +187,7 @@ def _server_run(exp: Any, seconds: float, startup_s: float) -> dict[str, Any]:
 
 
 def model_server(rows: Sequence[dict[str, Any]], ray_workers: Sequence[int]) -> dict[str, Any]:
-    """Questions/s against llama.cpp's server (Gemma 3 270M, 2 slots): here at concurrency 1 and 2, and on Ray."""
+    """Questions/s against llama.cpp's server (Gemma 3 270M, 2 slots): here one question at a time, and on Ray."""
     missing = realmodel_missing()
     if missing is not None:
         log(f"model server: skipped: {missing}")
@@ -209,11 +210,10 @@ def model_server(rows: Sequence[dict[str, Any]], ray_workers: Sequence[int]) -> 
         lab = Lab.from_directory(KB, config=config, llm=model, remote=False)
         lab.kb.embed_model.get_query_embedding("warm up")  # type: ignore[union-attr]
         lab.run(rows[:1])  # the server's first requests (and the lab's) are not the run's
-        for concurrency in (1, 2):
-            log(f"model server: {len(rows)} questions here, concurrency {concurrency}")
-            started = time.perf_counter()
-            exp = lab.run(rows, concurrency=concurrency)
-            runs[f"local_c{concurrency}"] = _server_run(exp, time.perf_counter() - started, 0.0)
+        log(f"model server: {len(rows)} questions here, one at a time")
+        started = time.perf_counter()
+        exp = lab.run(rows)
+        runs["local_c1"] = _server_run(exp, time.perf_counter() - started, 0.0)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             for workers in ray_workers:
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"kb": str(KB.relative_to(KB.parents[1])), "cpus": os.cpu_count(),
                               "load_average_before": load_before}
     result |= throughput(rows)
-    result["index_build"] = index_build([2] if args.quick else [1, 2])
+    result["index_build"] = index_build([2])
     server_rows = [dict(r) for r in stratified(load_rows(), 2 if args.quick else SERVER_QUESTIONS)]
     result["model_server"] = model_server(server_rows, [1])
     log("vector stores: FAISS against embedded Qdrant")
