@@ -33,6 +33,14 @@ class SpeedMeter:
         self.tokens = 0
         self._last_rate: float | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        """The observations, without the lock (a copy in another process makes its own)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def observe(self, *, prompt_tokens: int, completion_tokens: int, seconds: float, call: bool = True) -> None:
         """Record one reply's tokens and seconds (``call=False``: a warm-up, not counted as a call)."""
         work = completion_tokens + self.PROMPT_WEIGHT * prompt_tokens

@@ -136,6 +136,18 @@ class LlamaIndexModel:
         self._in_flight: dict[int, float] = {}
         self._flight_lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy in another process takes (a `RayExecutor` worker's lab): the LLM, settings and measured
+        speed; not the locks or the calls in flight here, which are this process's."""
+        state = dict(self.__dict__)
+        for name in ("_warm", "_flight_lock", "_in_flight"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._warm, self._flight_lock, self._in_flight = threading.Lock(), threading.Lock(), {}
+
     def uses_schemas(self) -> bool:
         """Whether calls now go out with a JSON schema."""
         if self.structured == "never" or (self.structured == "auto" and self.schema_rejected):

@@ -182,6 +182,20 @@ def test_a_threshold_sweep_on_the_actor_pool_equals_the_local_one(lab: Lab, exec
     assert on_ray.table().equals(local.table())
 
 
+def test_a_lab_with_a_llamaindex_llm_runs_on_the_pool(kb_dir: Path, executor: RayExecutor) -> None:
+    """The recipe reaches the workers pickled, the LLM adapter with it: its locks and its speed meter's must not
+    stop that (they did: a Ray run with any real model failed before its first question)."""
+    from llama_index.core.llms import MockLLM
+
+    from crag_lab.models import LlamaIndexModel
+
+    model = LlamaIndexModel(MockLLM(max_tokens=6))
+    lab = Lab.from_directory(kb_dir, remote=False, llm=model)
+    local = [comparable(r) for r in lab.run(QUESTIONS[:3]).records]
+    assert model.speed.calls > 0  # it has measured the model: the state that travels is not a fresh one
+    assert [comparable(r) for r in lab.run(QUESTIONS[:3], executor=executor).records] == local
+
+
 def test_a_lab_not_built_from_a_folder_is_refused_before_anything_starts(lab: Lab) -> None:
     bare = Lab(lab.tools)
     with pytest.raises(ValueError, match=r"Lab\.from_directory"):

@@ -162,6 +162,19 @@ def test_the_budget_covers_the_slowest_recent_speed_with_room_to_spare(speeds: l
     assert budget == pytest.approx(3.0 * (cap + prompt / 4) * slowest + 10.0, rel=1e-6, abs=1e-3)
 
 
+def test_a_copy_of_the_model_in_another_process_keeps_its_measured_speed_and_makes_its_own_locks() -> None:
+    import pickle
+
+    model = LlamaIndexModel(MockLLM(max_tokens=4), task_max_tokens={"plan": 5})
+    model.complete("plan", "hi", {})
+    copy = pickle.loads(pickle.dumps(model))  # what a Ray worker gets (`RayExecutor` ships the lab's recipe)
+    assert copy.speed.calls == 1 and copy.speed.seconds_per_token == model.speed.seconds_per_token
+    assert copy.task_max_tokens == {"plan": 5} and copy._in_flight == {}
+    assert copy._flight_lock is not model._flight_lock and copy.speed._lock is not model.speed._lock
+    assert copy.complete("plan", "hi", {}).completion_tokens == 5
+    assert copy.speed.calls == 2 and model.speed.calls == 1  # the copy measures for itself
+
+
 def test_a_slow_but_working_server_is_waited_for(slow_server: SlowServer) -> None:
     slow_server.seconds_per_token = 0.03  # the 40-token answer takes 1.2 s; the timeout is 0.3 s
     model = reader(slow_server.url, warm_up=True)
