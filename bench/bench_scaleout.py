@@ -90,9 +90,10 @@ def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 exp = lab.run(rows, executor=pool)
                 answer_s = time.perf_counter() - started
                 equal[f"ray_{workers}"] = [comparable(r) for r in exp.records] == expected
+                status = pool.status()
                 results[f"ray_{workers}"] = {"questions": len(rows), "answer_s": round(answer_s, 2),
-                                             "startup_s": round(startup, 2), "threads": 1,
-                                             "per_worker": [len(s["answered"]) for s in pool.status()]}
+                                             "startup_s": round(startup, 2), "threads": status[0]["threads"],
+                                             "per_worker": [len(s["answered"]) for s in status]}
     finally:
         ray.shutdown()
     for run in results.values():

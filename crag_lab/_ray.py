@@ -57,3 +57,20 @@ def init_ray(purpose: str, address: str | None, *, num_cpus: int | None = None) 
             f"(`ray start --head`), fix the address or RAY_ADDRESS ({ADDRESS_FORMS}), or give no address for a "
             "local Ray on this machine") from exc
     return True
+
+
+def threads_if_this_machine() -> int | None:
+    """This process's torch threads when the joined Ray cluster is this machine alone, else None.
+
+    MiniLM's output depends in the last float digits on how many threads share a matrix product (on
+    some CPUs), and a Ray worker that asks for one CPU runs torch on one thread. On this machine the
+    workers (`crag_lab.ray_index.EmbedBatches`, `crag_lab.ray_executor.LabWorker`) therefore use the
+    driver's thread count, so a Ray build writes the local build's bytes and a Ray run gives the local
+    run's records (the workers then share the cores); on a cluster of other machines each worker keeps
+    the CPUs Ray gives it, and its floats agree with a local run's to rounding.
+    """
+    import torch
+
+    ray = import_ray("a Ray run or build")
+    alive = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
+    return int(torch.get_num_threads()) if alive == [ray.get_runtime_context().get_node_id()] else None

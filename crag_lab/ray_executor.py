@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from crag_lab._ray import ADDRESS_FORMS, import_ray, init_ray, is_ray_address
+from crag_lab._ray import ADDRESS_FORMS, import_ray, init_ray, is_ray_address, threads_if_this_machine
 from crag_lab.config import CragConfig
 from crag_lab.journal import AnswerMany
 from crag_lab.records import Mode, QueryRecord, QueryRow
@@ -77,7 +77,11 @@ def _ray() -> Any:
 class LabWorker:
     """What each Ray actor holds: one lab, built once, answering shards of questions."""
 
-    def __init__(self, recipe: Callable[[], Any]) -> None:
+    def __init__(self, recipe: Callable[[], Any], threads: int | None = None) -> None:
+        if threads is not None:  # the driver's torch threads: same machine, same thread count, same records
+            import torch
+
+            torch.set_num_threads(threads)
         self.lab = recipe()
         self.answered: list[str] = []
 
@@ -87,8 +91,10 @@ class LabWorker:
         return records
 
     def status(self) -> dict[str, Any]:
-        """This worker's process id and the ids it answered since it (re)started."""
-        return {"pid": os.getpid(), "answered": list(self.answered)}
+        """This worker's process id, its torch threads and the ids it answered since it (re)started."""
+        import torch
+
+        return {"pid": os.getpid(), "threads": int(torch.get_num_threads()), "answered": list(self.answered)}
 
     def replay(self, rounds: Any, settings: Any) -> dict[str, Any]:
         """A block of a threshold sweep (`replay_block`); the lab is not needed for it."""
@@ -175,7 +181,8 @@ class RayExecutor:
         count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(LabWorker).options(num_cpus=1, max_restarts=self.max_restarts,
                                                max_task_retries=self.max_task_retries)
-        self.actors = [remote.remote(recipe) for _ in range(count)]
+        threads = threads_if_this_machine()  # on this machine alone: the driver's (see there)
+        self.actors = [remote.remote(recipe, threads) for _ in range(count)]
         self._recipe = recipe
         return self.actors
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from crag_lab._ray import ADDRESS_FORMS, import_ray, init_ray, is_ray_address
+from crag_lab._ray import ADDRESS_FORMS, import_ray, init_ray, is_ray_address, threads_if_this_machine
 from crag_lab._text import encodable
 from crag_lab.kb._embedding import (
     Embedder,
@@ -70,22 +70,6 @@ def resolve_embedder(spec: str | Embedder) -> Embedder:
         return RayDataEmbedder(spec)
     raise ValueError(f"unknown embed_with {spec!r}; use 'local', 'ray', a Ray address ({ADDRESS_FORMS}) or a "
                      "RayDataEmbedder")
-
-
-def threads_if_this_machine() -> int | None:
-    """This process's torch threads when the joined Ray cluster is this machine alone, else None.
-
-    MiniLM's output depends in the last float digits on how many threads share a matrix product (on
-    some CPUs), and a Ray worker that asks for one CPU runs torch on one thread. On this machine the
-    workers therefore use the driver's thread count, so a Ray build writes the local build's bytes
-    (the workers then share the cores); on a cluster of other machines each worker keeps the CPUs Ray
-    gives it, and its vectors agree with a local build's to float rounding.
-    """
-    import torch
-
-    ray = import_ray(_PURPOSE)
-    alive = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
-    return int(torch.get_num_threads()) if alive == [ray.get_runtime_context().get_node_id()] else None
 
 
 class EmbedBatches:
