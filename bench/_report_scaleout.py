@@ -19,7 +19,12 @@ def section_scaleout(so: Mapping[str, Any]) -> str:
            + f"; {so['cpus']} CPUs shared by everything on the "
            f"machine (load average {so['load_average_before'][0]} → {so['load_average_after'][0]}). `ray.init` "
            f"(local, 2 CPUs, no dashboard): **{f(so['ray_init_s'], 1)} s**. Records equal to the local run: "
-           f"{', '.join(f'{k} {f(v)}' for k, v in so['records_equal'].items())}.\n"]
+           f"{', '.join(f'{k} {f(v)}' for k, v in so['records_equal'].items())}"
+           + (f"; answers, routes and citations equal: {', '.join(f'{k} {f(v)}' for k, v in so['answers_equal'].items())}"
+              if "answers_equal" in so else "")
+           + ". A worker runs the driver's torch threads where that many workers on that many threads fit the "
+           "machine's cores, else one (`crag_lab._ray.threads_if_this_machine`); on some CPUs a thread count moves "
+           "MiniLM's last float digits, so a router probability's.\n"]
     out.append(table(["contender", "torch threads", "start-up s", "answering s", "questions/s",
                       "questions/s with start-up", "questions per worker"],
                      [[names[k], f(v["threads"]), f(v["startup_s"], 1), f(v["answer_s"], 1),

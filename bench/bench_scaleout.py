@@ -54,6 +54,13 @@ def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def answer_route(record: Mapping[str, Any]) -> tuple[str, str, list[Any]]:
+    """What a reader of the run sees of a record: its answer, route and citations."""
+    from crag_lab.parsing import strip_stats_blocks
+
+    return strip_stats_blocks(str(record["answer"])), str(record["route"]), list(record.get("citations") or [])
+
+
 def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     import ray
 
@@ -73,6 +80,8 @@ def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     results: dict[str, Any] = {"local": {"questions": len(rows), "answer_s": round(time.perf_counter() - started, 2),
                                          "startup_s": 0.0, "threads": _torch_threads()}}
     expected = [comparable(r) for r in local.records]
+    answers = [answer_route(r) for r in local.records]
+    same_answers: dict[str, bool] = {}
 
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -90,6 +99,7 @@ def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 exp = lab.run(rows, executor=pool)
                 answer_s = time.perf_counter() - started
                 equal[f"ray_{workers}"] = [comparable(r) for r in exp.records] == expected
+                same_answers[f"ray_{workers}"] = [answer_route(r) for r in exp.records] == answers
                 status = pool.status()
                 results[f"ray_{workers}"] = {"questions": len(rows), "answer_s": round(answer_s, 2),
                                              "startup_s": round(startup, 2), "threads": status[0]["threads"],
@@ -103,7 +113,7 @@ def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
               "ray_1_over_local": ratio(results["ray_1"]["questions_per_s"], results["local"]["questions_per_s"]),
               "ray_2_over_local": ratio(results["ray_2"]["questions_per_s"], results["local"]["questions_per_s"])}
     return {"throughput": results, "ratios": ratios, "ray_init_s": ray_init_s, "records_equal": equal,
-            "prepared": prepared}
+            "answers_equal": same_answers, "prepared": prepared}
 
 
 def _index_files(cache: Any) -> dict[str, bytes]:

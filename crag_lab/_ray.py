@@ -59,18 +59,23 @@ def init_ray(purpose: str, address: str | None, *, num_cpus: int | None = None) 
     return True
 
 
-def threads_if_this_machine() -> int | None:
-    """This process's torch threads when the joined Ray cluster is this machine alone, else None.
+def threads_if_this_machine(workers: int) -> int | None:
+    """The torch threads each of ``workers`` Ray workers should run: this process's when the joined Ray cluster
+    is this machine alone and that many workers on that many threads fit its cores, else None (Ray's own: a
+    worker given one CPU runs one thread).
 
     MiniLM's output depends in the last float digits on how many threads share a matrix product (on
-    some CPUs), and a Ray worker that asks for one CPU runs torch on one thread. On this machine the
-    workers (`crag_lab.ray_index.EmbedBatches`, `crag_lab.ray_executor.LabWorker`) therefore use the
-    driver's thread count, so a Ray build writes the local build's bytes and a Ray run gives the local
-    run's records (the workers then share the cores); on a cluster of other machines each worker keeps
-    the CPUs Ray gives it, and its floats agree with a local run's to rounding.
+    some CPUs). Workers that run the driver's thread count give the driver's floats: a Ray build writes
+    the local build's bytes, a Ray run the local run's records (`crag_lab.ray_index.EmbedBatches`,
+    `crag_lab.ray_executor.LabWorker`). More workers than that would oversubscribe the cores (two
+    workers on two threads each ran at 0.67× one worker on two cores), so they keep one thread each,
+    as workers on a cluster of other machines do, and their floats agree with the driver's to rounding.
     """
     import torch
 
     ray = import_ray("a Ray run or build")
     alive = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
-    return int(torch.get_num_threads()) if alive == [ray.get_runtime_context().get_node_id()] else None
+    threads = int(torch.get_num_threads())
+    if alive != [ray.get_runtime_context().get_node_id()] or workers * threads > (os.cpu_count() or 1):
+        return None
+    return threads

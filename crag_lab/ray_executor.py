@@ -181,7 +181,7 @@ class RayExecutor:
         count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(LabWorker).options(num_cpus=1, max_restarts=self.max_restarts,
                                                max_task_retries=self.max_task_retries)
-        threads = threads_if_this_machine()  # on this machine alone: the driver's (see there)
+        threads = threads_if_this_machine(count)  # the driver's, where they fit this machine alone (see there)
         self.actors = [remote.remote(recipe, threads) for _ in range(count)]
         self._recipe = recipe
         return self.actors

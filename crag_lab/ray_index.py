@@ -182,7 +182,7 @@ class RayDataEmbedder:
             EmbedBatches,
             fn_constructor_kwargs={"factory": embed.factory, "model_name": embed.model_name,
                                    "batch_size": embed.embed_batch_size, "device": self.device,
-                                   "threads": None if self.num_gpus else threads_if_this_machine()},
+                                   "threads": None if self.num_gpus else threads_if_this_machine(size)},
             batch_size=1,  # one Ray Data row = one whole local batch, never split or merged
             batch_format="pyarrow",
             compute=ray_data.ActorPoolStrategy(size=size),

@@ -9,10 +9,11 @@ need no cluster: they check what the driver sends, the errors, and the CLI.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -69,7 +70,19 @@ def kb_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local(kb_root: Path) -> KnowledgeBase:
+def one_thread() -> Iterator[None]:
+    """This process on one torch thread, so that two Ray workers on one thread each fit two cores and run the
+    driver's thread count (`threads_if_this_machine`): their vectors are then the driver's, byte for byte."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def local(kb_root: Path, one_thread: None) -> KnowledgeBase:
     return KnowledgeBase.build(kb_root, cache_dir=kb_root.parent / "local", embed_model=model())
 
 
@@ -94,15 +107,18 @@ def test_a_ray_data_build_writes_the_local_index_byte_for_byte(
     assert idle.last_run == {}  # nothing changed: no Ray Data stage ran
 
 
-def test_workers_on_this_machine_use_the_drivers_threads_and_a_wider_cluster_its_own(
+def test_workers_on_this_machine_use_the_drivers_threads_where_they_fit_and_a_wider_cluster_its_own(
         ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
     import torch
 
-    assert threads_if_this_machine() == torch.get_num_threads()  # a thread count moves MiniLM's last digits
+    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+    assert threads_if_this_machine(1) == threads  # a thread count moves MiniLM's last digits
+    assert threads_if_this_machine(cores // threads) == threads  # as many workers as fit the cores
+    assert threads_if_this_machine(cores // threads + 1) is None  # one more would oversubscribe them: Ray's one thread
     nodes = ray.nodes()
     monkeypatch.setattr(ray, "nodes", lambda: [*nodes, {"NodeID": "another-machine", "Alive": True}])
-    assert threads_if_this_machine() is None
+    assert threads_if_this_machine(1) is None
 
 
 class StageHere(RayDataEmbedder):
