@@ -54,11 +54,11 @@ def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def answer_route(record: Mapping[str, Any]) -> tuple[str, str, list[Any]]:
-    """What a reader of the run sees of a record: its answer, route and citations."""
+def answer_route(record: Mapping[str, Any]) -> tuple[str, list[str], list[Any]]:
+    """What a reader of the run sees of a record: its answer, the route it took (its nodes) and its citations."""
     from crag_lab.parsing import strip_stats_blocks
 
-    return strip_stats_blocks(str(record["answer"])), str(record["route"]), list(record.get("citations") or [])
+    return strip_stats_blocks(str(record["answer"])), list(record["path"]), list(record["citations"])
 
 
 def throughput(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
