@@ -20,6 +20,7 @@ from crag_lab.learned.span_data import (
 )
 from crag_lab.learned.spans import NO_SPAN, SPANS_DIR
 from crag_lab.offline import OfflineModel
+from crag_lab.offline.leads import markdown_lead
 from crag_lab.offline.reading import read
 from crag_lab.offline.synthesizer import READ_UNITS, reader_passage, respond, span_lead
 from crag_lab.offline.vectors import VectorCache
@@ -181,6 +182,28 @@ def test_no_span_lead_when_the_reader_doubts_or_points_outside_the_quote() -> No
                      item, FakeSpans("every 90 days", 4.0)) is None  # two parts, two answers
     rules = respond(QUESTION, [RUNBOOK], VectorCache(), spans=FakeSpans("every 90 days", -0.5))[0]
     assert rules == respond(QUESTION, [RUNBOOK], VectorCache())[0]  # the rules' own lead, or none
+
+
+def test_a_lead_cut_through_a_code_span_is_widened_so_the_answer_renders() -> None:
+    keys = {"n": 1, "title": "API keys", "path": "security/keys.md",
+            "text": "Prefix: `nv_live_` (production), `nv_test_` (sandbox)"}
+    question = "What prefix do sandbox API keys have?"
+    text, _ = respond(question, [keys], VectorCache(), spans=FakeSpans("nv_test_`", 5.0))  # the reader's cut
+    lead = text.split(" — ")[0]
+    assert lead == "**`nv_test_`**"
+    assert text.count("`") % 2 == 0  # every code span of the answer closes
+    assert markdown_lead("a` and `b", "run `a` and `b` first") == "`a` and `b`"  # two spans cut: both widened
+    assert markdown_lead("make test", "run `make test` first") == "make test"  # inside one span: as it is
+
+
+def test_a_rows_label_is_never_the_lead() -> None:
+    row = {"n": 1, "title": "ledger-service", "path": "services/ledger.md",
+           "text": "Owning team: Ledger (#team-ledger, Jira `LED`)"}
+    question = "Who owns the ledger service?"
+    text, why = respond(question, [row], VectorCache(), spans=FakeSpans("Owning team", 5.0))
+    assert not text.startswith("**Owning team**")
+    assert "the bold lead is the span reader's" not in why
+    assert markdown_lead("owning team", "Owning team: Ledger; Language: Java") is None  # any case
 
 
 def test_a_confident_span_elsewhere_is_quoted_first_and_the_rules_choice_stays() -> None:

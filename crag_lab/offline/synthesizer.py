@@ -27,6 +27,7 @@ from typing import Any, get_args
 
 from crag_lab.config import OfflineLead, OfflineReader
 from crag_lab.offline import router
+from crag_lab.offline.leads import markdown_lead
 from crag_lab.offline.reading import (
     ItemReading,
     Reading,
@@ -332,7 +333,7 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
     labelled row the first pair whose label names what is asked (``Lead`` for who, a label the
     question uses) and holds such a thing decides. Either way there must be exactly one candidate:
     nothing says which of several is meant (``9091 / 3001`` for one port). A quote that is the asked
-    thing alone (a command line) has nothing to lead with.
+    thing alone (a command line) has nothing to lead with; a lead keeps whole code spans (`markdown_lead`).
 
     >>> short_answer("Team: Payments; Lead: Tiago Mendes; Slack: #team-payments", "person", "Who leads Payments?")
     'Tiago Mendes'
@@ -358,9 +359,7 @@ def short_answer(quote: str, kind: str | None, query: str) -> str | None:
         terms = question_terms(query)
         named = (candidates(value) for label, value in pairs if label_names_asked(label, terms, kind))
         found_in = next((c for c in named if c), found_in)
-    if len(found_in) != 1 or found_in[0].strip("`") == quote.strip("`"):
-        return None
-    return found_in[0]
+    return markdown_lead(found_in[0], quote) if len(found_in) == 1 else None
 
 
 def reader_passage(item: ItemReading) -> str:
@@ -378,16 +377,15 @@ def span_lead(query: str, quote: str, item: ItemReading, reader: Any) -> str | N
     """The span reader's answer to ``query`` in ``item`` when it lies inside ``quote`` and the reader
     says the item answers (its margin over "no answer" is positive); else None.
 
-    Only for a one-part question (several parts have several answers), and never the whole quote.
-    ``reader`` is a `crag_lab.learned.SpanReader`; it reads the item's best units (`reader_passage`).
+    Only for a one-part question (several parts have several answers), never the whole quote nor a label of its
+    row, and widened to the code spans it cuts into (`markdown_lead`). ``reader`` is a `crag_lab.learned.SpanReader`;
+    it reads the item's best units (`reader_passage`).
     """
     if question_parts(query):
         return None
     span = reader.read(query, [reader_passage(item)])[0]
     text = span.text.strip()
-    if span.margin <= 0 or not text or text not in quote or text.strip("`") == quote.strip().strip("`"):
-        return None
-    return text
+    return markdown_lead(text, quote) if span.margin > 0 and text and text in quote else None
 
 
 def span_first(reading: Reading, reader: Any) -> tuple[UnitReading | None, str | None]:
