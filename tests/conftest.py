@@ -145,6 +145,19 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """This process on one torch thread for a module, so that two Ray workers on one thread each fit two cores and
+    run the driver's thread count (`crag_lab._ray.threads_if_this_machine`): their floats are then the driver's, to
+    the last digit, on any CPU (on some, MiniLM's last digits move with the thread count)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """A local Ray (2 CPUs, no dashboard) for the modules that ask for it.
 

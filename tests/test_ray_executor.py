@@ -2,7 +2,8 @@
 
 One local Ray (2 CPUs, no dashboard; conftest's ``ray_cluster``, shared with tests/test_ray_index.py) and
 one pool of two workers serve every test of the module: starting Ray and loading a lab in each worker
-take most of the time these tests cost.
+take most of the time these tests cost. This process runs one torch thread (conftest's ``one_thread``), so the
+two workers run the driver's thread count and a record-for-record comparison holds on any CPU.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def kb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab(kb_dir: Path) -> Lab:
+def lab(kb_dir: Path, one_thread: None) -> Lab:
     """The offline lab, whose workers can be told to die once: on the question id named in ``<kb>/../crash``."""
     lab = Lab.from_directory(kb_dir, remote=False)
     lab.recipe = crash_once_recipe(lab.recipe, kb_dir.parent / "crash")
@@ -112,7 +113,7 @@ def crash_once_recipe(recipe: Any, trigger: Path) -> Callable[[], Lab]:
 
 
 @pytest.fixture(scope="module")
-def executor(ray_cluster: None) -> Iterator[RayExecutor]:
+def executor(ray_cluster: None, one_thread: None) -> Iterator[RayExecutor]:
     with RayExecutor(workers=2, shard_size=1) as pool:
         yield pool
 

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -67,18 +67,6 @@ def same_index(a: KnowledgeBase, b: KnowledgeBase) -> None:
 @pytest.fixture(scope="module")
 def kb_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tree(tmp_path_factory.mktemp("rayindex") / "kb", KB)
-
-
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    """This process on one torch thread, so that two Ray workers on one thread each fit two cores and run the
-    driver's thread count (`threads_if_this_machine`): their vectors are then the driver's, byte for byte."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
