@@ -35,7 +35,9 @@ containment and abstention end to end (``crag-lab eval`` on the test split, once
 
 ``.venv/bin/python bench/study_router.py`` writes ``docs/dev/router.md`` and ``.json``; the shared
 sets are skipped, saying so, when absent. ``--baseline-dir`` adds an earlier head as one more column
-(routing only; the end-to-end runs use the head that ships), for a before/after.
+(routing only; the end-to-end runs use the head that ships), for a before/after. ``--end-to-end-only`` re-runs
+only the end-to-end runs and keeps the routing tables ``docs/dev/router.json`` holds: for a change that cannot
+move a route (the synthesizer's), without the training sources the routing tables read.
 """
 
 from __future__ import annotations
@@ -313,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--no-eval", action="store_true", help="skip the end-to-end crag-lab eval runs")
+    parser.add_argument("--end-to-end-only", action="store_true",
+                        help="re-run only the end-to-end runs, keeping the routing tables of docs/dev/router.json "
+                             "(after a change that cannot move a route, such as the synthesizer's)")
     parser.add_argument("--router-dir", help="a trained router's folder (default: the one that ships)")
     parser.add_argument("--baseline-dir", help="an earlier router's folder, compared as one more column")
     parser.add_argument("--baseline-name", default="learned (earlier)", help="that column's name")
@@ -324,6 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mintaka", help="data/mintaka_dev.json of github.com/amazon-science/mintaka: adds its held-out "
                                           "questions in 8 other languages (crag_lab.learned.mintaka_data)")
     args = parser.parse_args(argv)
+    if args.end_to_end_only:  # a change that cannot move a route (the synthesizer's): routing as recorded
+        result = json.loads(OUT.with_suffix(".json").read_text(encoding="utf-8"))
+        result["end_to_end"] = end_to_end(router.ROUTERS)
+        publish(OUT, markdown(result), result, write=not args.no_write)
+        return 0
     learned = LearnedRouter.load(args.router_dir)
     cache = VectorCache()
     baseline = LearnedRouter.load(args.baseline_dir) if args.baseline_dir else learned
