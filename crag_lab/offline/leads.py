@@ -3,7 +3,7 @@
 A lead is cut from the first quote, by the span reader (`crag_lab.offline.synthesizer.span_lead`) or
 by the rules (`short_answer`). A cut can fall inside a code span: the reader reads the backticks as
 tokens, so for ``Prefix: `nv_live_` (production), `nv_test_` (sandbox)`` it may answer
-``nv_test_``` with the closing backtick and not the opening one. Written as ``**nv_test_`**`` that
+``nv_test_` `` with the closing backtick and not the opening one. Written as ``**nv_test_`**`` that
 lead opens a code span the answer never closes, and a notebook renders the rest of the answer as
 code. `markdown_lead` widens such a cut to the code spans whose backticks it splits. A lead that is only a label
 of the quote's labelled row (``SLO`` of ``SLO: …; Target: < 150 ms``) names what is asked, not the
