@@ -3,8 +3,9 @@
 A study, not a fit that ships: it decides whether a learned abstention rule is worth having. The
 synthesizer abstains when its best unit's support is below ``ABSTAIN_BELOW`` (set on the KB tuning
 split), when the question uses a name no evidence item holds (``Reading.ungrounded``), or when it
-asks what is not so and no quoted unit negates anything (``Choice.unnegated``). Here every
-signal it could use instead is measured on two domains:
+asks what is not so and no quoted unit negates anything (``Choice.unnegated``); and, for a one-fact
+question quoted from prose, when the doubt reader finds no answer (`crag_lab.offline.doubt`). Here
+every signal it could use is measured on two domains:
 
 - ``kb``: the KB tuning split (``data/kb_queries.jsonl``; never the frozen test split), whose
   unanswerable questions are about absent topics;
@@ -13,11 +14,12 @@ signal it could use instead is measured on two domains:
   the answer (a changed entity, a negation, a detail the paragraph does not give).
 
 Each question is asked once through the default graph; the synthesizer's inputs are kept, and for
-its chosen unit the features below are computed with the runtime code, with two learned signals: the
-answer scorer's best probability over the units it reads (`synthesizer.learned_ranked`) and the span
-reader's best margin over "no answer" across the evidence items, each read as the synthesizer reads
-it (`synthesizer.reader_passage`). A logistic regression over them is fitted at even odds (each
-domain and class weighted equally) and scored out of fold (5-fold, stratified by domain and label):
+its chosen unit the features below are computed with the runtime code, with three learned signals: the
+answer scorer's best probability over the units it reads (`synthesizer.learned_ranked`), and the span
+reader's and the doubt reader's best margin over "no answer" across the evidence items, each read as
+the synthesizer reads it (`synthesizer.reader_passage`); ``doubted`` is the doubt check's decision. A
+logistic regression over them is fitted at even odds (each domain and class weighted equally) and
+scored out of fold (5-fold, stratified by domain and label):
 its AUROC per domain, and the abstention / false abstention it would give at a few cut-offs, next to
 the current support score alone and each learned signal alone. ``--spans FOLDER`` reads with
 another span reader (one trained by ``fit_spans.py``, its ``spans.json`` beside the adapter) and
@@ -42,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crag_lab.offline import synthesizer  # noqa: E402
+from crag_lab.offline import doubt, synthesizer  # noqa: E402
 from crag_lab.offline.reading import has_term, read, unit_support  # noqa: E402
 from crag_lab.offline.text import content_terms  # noqa: E402
 from crag_lab.offline.units import expand  # noqa: E402
@@ -52,8 +54,8 @@ SQUAD = ROOT.parent / "shared" / "datasets" / "squad2_dev250"
 OUT = ROOT / "docs" / "dev" / "answerability.md"
 FEATURES = ("support", "unit_cos", "unit_coverage", "item_cos", "terms_missing_everywhere",
             "terms_missing_in_item", "terms_missing_in_unit", "kind_holds", "no_kind_asked", "name_missing",
-            "negation_unanswered", "scorer_best", "span_margin")
-LEARNED = ("scorer_best", "span_margin")
+            "negation_unanswered", "scorer_best", "span_margin", "doubt_margin", "doubted")
+LEARNED = ("scorer_best", "span_margin", "doubt_margin")
 """The learned signals, also reported alone."""
 MARGIN_FLOOR = -20.0
 """A span margin below this (or none: an item too short to read) counts as this."""
@@ -62,11 +64,14 @@ MARGIN_CUTS = (-4.0, -2.0, 0.0)
 """Span margins below which the rules-and-span-reader rule (`summary`'s ``with_spans``) also abstains."""
 
 
-def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
-            mode: str = "knowledge_base") -> list[tuple[Mapping[str, Any], list[dict[str, Any]], list[dict[str, Any]], str]]:
+Captured = tuple[Mapping[str, Any], list[dict[str, Any]], list[dict[str, Any]], str, str | None]
+
+
+def capture(lab: Any, rows: Sequence[Mapping[str, Any]], mode: str = "knowledge_base") -> list[Captured]:
     """(row, the evidence the synthesizer was given, the items the run's grader dropped that it was given as
-    ``seen``, the answer it gave) for each non-chitchat question that reached it, asked in graph ``mode``. A
-    study that answers again from the evidence passes ``seen`` too, so that it reads what the graph read."""
+    ``seen``, the answer it gave, the router's complexity it was told) for each non-chitchat question that
+    reached it, asked in graph ``mode``. A study that answers again from the evidence passes ``seen`` and the
+    complexity too, so that it reads what the graph read."""
     box: dict[str, Any] = {}
     original = synthesizer.respond
 
@@ -74,6 +79,7 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
             **named: Any) -> tuple[str, str | None]:
         box["evidence"] = [dict(e) for e in evidence]
         box["seen"] = [dict(e) for e in named.get("seen", ())]
+        box["complexity"] = named.get("complexity")
         box["answer"] = original(query, evidence, cache, *rest, **named)
         return box["answer"]
 
@@ -84,7 +90,7 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
             box.clear()
             lab.ask(row["question"], mode=mode)
             if "evidence" in box and row.get("complexity") != "chitchat":
-                out.append((row, box["evidence"], box["seen"], box["answer"][0]))
+                out.append((row, box["evidence"], box["seen"], box["answer"][0], box["complexity"]))
     finally:
         synthesizer.respond = original
     asked = [r for r in rows if r.get("complexity") != "chitchat"]
@@ -95,7 +101,8 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]],
 
 
 def features(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache,
-             seen: Sequence[Mapping[str, Any]] = (), *, scorer: Any, spans: Any) -> list[float] | None:
+             seen: Sequence[Mapping[str, Any]] = (), *, scorer: Any, spans: Any, doubter: Any,
+             complexity: str | None) -> list[float] | None:
     reading = read(query, evidence, cache, seen)
     choice = synthesizer.choose(reading)
     if not choice.units:
@@ -111,10 +118,14 @@ def features(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCac
 
     kind = 1.0 if best.holds is True else 0.0 if best.holds is False else 0.5
     _, scorer_best = synthesizer.learned_ranked(reading, scorer)
-    margins = [s.margin for s in spans.read(query, [synthesizer.reader_passage(i) for i in reading.items])]
+    passages = [synthesizer.reader_passage(i) for i in reading.items]
+    margins = [s.margin for s in spans.read(query, passages)]
+    doubt_margin = max([MARGIN_FLOOR, *(s.margin for s in doubter.read(query, passages))])
+    doubted = doubt.applies(complexity, best.unit.text) and doubt_margin < doubter.card["abstain_margin"]
     return [unit_support(best), best.cos, best.coverage, item.cos, missing(owns), missing([owns[position]]),
             missing([best.unit.terms | best.unit.context]), kind, float(reading.kind is None),
-            float(bool(reading.ungrounded)), float(choice.unnegated), scorer_best, max([MARGIN_FLOOR, *margins])]
+            float(bool(reading.ungrounded)), float(choice.unnegated), scorer_best, max([MARGIN_FLOOR, *margins]),
+            doubt_margin, float(doubted)]
 
 
 def domain_matrix(lab: Any, rows: Sequence[Mapping[str, Any]], spans: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -125,8 +136,9 @@ def domain_matrix(lab: Any, rows: Sequence[Mapping[str, Any]], spans: Any) -> tu
     assert isinstance(model, OfflineModel), "the study reads the offline model's own vectors"
     scorer = AnswerScorer.load()
     x, y = [], []
-    for row, evidence, seen, _ in capture(lab, rows):
-        f = features(row["question"], evidence, model.vectors, seen, scorer=scorer, spans=spans)
+    for row, evidence, seen, _, complexity in capture(lab, rows):
+        f = features(row["question"], evidence, model.vectors, seen, scorer=scorer, spans=spans,
+                     doubter=model.doubter, complexity=complexity)
         if f is not None:
             x.append(f)
             y.append(bool(row["answerable"]))
@@ -154,10 +166,11 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
 def summary(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
     from sklearn.metrics import roc_auc_score
 
-    # today's rule: a best unit below ABSTAIN_BELOW, a name of the question no evidence holds, or a
-    # question about what is not so that no quoted unit negates
-    today = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
+    # today's rules: a best unit below ABSTAIN_BELOW, a name of the question no evidence holds, or a question
+    # about what is not so that no quoted unit negates; the opt-in doubt check adds its own (crag_lab.offline.doubt)
+    rules = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
              | (x[:, FEATURES.index("negation_unanswered")] > 0))
+    doubting = rules | (x[:, FEATURES.index("doubted")] > 0)
     margin = x[:, FEATURES.index("span_margin")]
     return {
         "questions": len(y), "unanswerable": int((~y).sum()),
@@ -166,10 +179,11 @@ def summary(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
         **{f"auroc_{name}": round(float(roc_auc_score(y, x[:, FEATURES.index(name)])), 3) for name in LEARNED},
         "cuts": {str(c): {"abstention": round(float((p[~y] < c).mean()), 3),
                           "false_abstention": round(float((p[y] < c).mean()), 3)} for c in CUTS},
-        "current": {"abstention": round(float(today[~y].mean()), 3),
-                    "false_abstention": round(float(today[y].mean()), 3)},
-        "with_spans": {str(c): {"abstention": round(float((today | (margin < c))[~y].mean()), 3),
-                                "false_abstention": round(float((today | (margin < c))[y].mean()), 3)}
+        "current": {"abstention": round(float(rules[~y].mean()), 3), "false_abstention": round(float(rules[y].mean()), 3)},
+        "doubt": {"abstention": round(float(doubting[~y].mean()), 3),
+                  "false_abstention": round(float(doubting[y].mean()), 3)},
+        "with_spans": {str(c): {"abstention": round(float((rules | (margin < c))[~y].mean()), 3),
+                                "false_abstention": round(float((rules | (margin < c))[y].mean()), 3)}
                        for c in MARGIN_CUTS},
     }
 
@@ -178,17 +192,21 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
     lines = ["# Telling answerable from unanswerable, offline", "",
              "Written by `bench/study_answerability.py` (see its docstring for the method). Out-of-fold AUROC of a",
              "logistic regression over the chosen unit's features (" + ", ".join(f"`{f}`" for f in FEATURES) + "),",
-             "fitted at even odds on both domains, against the support score alone and the synthesizer's rule today",
+             "fitted at even odds on both domains, against the support score alone and the synthesizer's rules",
              "(support below `ABSTAIN_BELOW`, a name of the question that no evidence holds, or a negated",
-             "question whose quote negates nothing):", "",
+             "question whose quote negates nothing), alone and with the opt-in doubt check (`CRAG_OFFLINE_DOUBT=1`,",
+             "`crag_lab.offline.doubt`: the doubt reader's best margin below its card's `abstain_margin`, for a",
+             "question the router calls simple whose best unit is prose; `doubted`):", "",
              "| domain | questions | unanswerable | AUROC, learned | AUROC, support alone | "
-             + " | ".join(f"AUROC, {name} alone" for name in LEARNED) + " | today: abstention | today: false abstention |",
+             + " | ".join(f"AUROC, {name} alone" for name in LEARNED)
+             + " | today's rules: abstention / false abstention | with the doubt check: abstention / false abstention |",
              "|---|---:|---:|---:|---:|" + "---:|" * len(LEARNED) + "---:|---:|"]
     for dom, r in result.items():
         alone = " | ".join(f"{r[f'auroc_{name}']:.3f}" for name in LEARNED)
         lines.append(f"| {dom} | {r['questions']} | {r['unanswerable']} | {r['auroc_learned']:.3f} | "
-                     f"{r['auroc_support']:.3f} | {alone} | {100 * r['current']['abstention']:.1f} % | "
-                     f"{100 * r['current']['false_abstention']:.1f} % |")
+                     f"{r['auroc_support']:.3f} | {alone} | {100 * r['current']['abstention']:.1f} % / "
+                     f"{100 * r['current']['false_abstention']:.1f} % | {100 * r['doubt']['abstention']:.1f} % / "
+                     f"{100 * r['doubt']['false_abstention']:.1f} % |")
     lines += ["", "What the learned rule would give at a few cut-offs (abstain below the cut), out of fold:", "",
               "| cut | " + " | ".join(f"{d}: abstention | {d}: false abstention" for d in result) + " |",
               "|---|" + "---:|---:|" * len(result)]
@@ -196,7 +214,7 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
         cells = [f"{100 * r['cuts'][str(c)]['abstention']:.1f} % | {100 * r['cuts'][str(c)]['false_abstention']:.1f} %"
                  for r in result.values()]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    lines += ["", "Today's rule, also abstaining when the span reader's best margin over the evidence is below a cut:", "",
+    lines += ["", "The rules, also abstaining when the span reader's best margin over the evidence is below a cut:", "",
               "| margin cut | " + " | ".join(f"{d}: abstention | {d}: false abstention" for d in result) + " |",
               "|---|" + "---:|---:|" * len(result)]
     for c in MARGIN_CUTS:
@@ -205,14 +223,19 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
         lines.append(f"| {c:g} | " + " | ".join(cells) + " |")
     lines += ["", "Reading it: where unanswerable questions are about absent topics (the KB tuning split) the",
               "support score already separates them; where they are written against a paragraph about their",
-              "subject (SQuAD 2.0) no combination of these signals, the two learned readers' included, separates",
-              "them well, so any cut that abstains on most unanswerable questions also abstains on many answerable",
-              "ones, and a span-margin cut that helps SQuAD costs the knowledge base more. Both readers learned",
-              "from few written unanswerable questions (188, of one article); the span reader's data card measures one continued",
-              "on 4,000 more (`--spans`). A learned rule was therefore not shipped. The names",
-              "check (`name_missing`) is a rule, not a weight: it catches the unanswerable questions that name",
-              "something the evidence does not (a changed entity, year or identifier); so is the negation check",
-              "(`negation_unanswered`): a question about what is not so, quoted a unit that negates nothing.", ""]
+              "subject (SQuAD 2.0) the rules and the span reader's margin do not: that reader learned from 188",
+              "written unanswerable questions, and a cut on its margin that helps SQuAD costs the knowledge base more.",
+              "The doubt reader learned from 16,588 (its data card, `crag_lab/_data/doubt/DATA_CARD.md`), and its",
+              "margin separates SQuAD's questions best of all the signals here. Its cut is set on its own held-out",
+              "training data, and it is read only for a one-fact question quoted from prose, where it learned to",
+              "doubt; on a table row, a line of code or a multi-hop question its margin is low for answerable",
+              "questions too. It is opt-in: on the KB test split it withholds answers the rules give (docs/dev/doubt.md",
+              "has the end-to-end numbers). The logistic regression over everything is not",
+              "shipped: it was fitted on these questions. The names check (`name_missing`) is a rule, not a weight:",
+              "it catches the unanswerable",
+              "questions that name something the evidence does not (a changed entity, year or identifier); so is",
+              "the negation check (`negation_unanswered`): a question about what is not so, quoted a unit that",
+              "negates nothing.", ""]
     return "\n".join(lines)
 
 

@@ -24,8 +24,13 @@ Variants:
   bonus and penalty and the finer shape), table labels (the label bonus), the names check (a name of
   the question no evidence holds), the negation check (`synthesizer.answers_the_negation`), the span
   reader's unit first (``CRAG_OFFLINE_SPAN_FIRST=0``), the span reader altogether (the rules' lead
-  alone: ``CRAG_OFFLINE_LEAD=rules``) and the rules' lead (only the span reader's lead; none where it
+  alone: ``CRAG_OFFLINE_LEAD=rules``), the rules' lead (only the span reader's lead; none where it
   finds none in the first quote).
+- ``rules + doubt check``: what ships with the opt-in doubt check (``CRAG_OFFLINE_DOUBT=1``,
+  `crag_lab.offline.doubt`): it also abstains when the doubt reader finds no answer to a question the
+  router calls simple whose best unit is prose; and the same without each of its two gates (read for a
+  question of any route, or for a best unit of any form). It reads the complexity the router gave
+  (captured with the KB evidence; for the public sets the offline model's router is asked).
 
 Metrics as `crag-lab eval` defines them (`crag_lab.eval.metrics`): containment, exact match and token
 F1 on answerable questions (an abstention contains nothing), citation precision over cited items,
@@ -52,7 +57,9 @@ from study_scorer import shared_set
 
 from crag_lab.eval import load_dataset
 from crag_lab.eval import metrics as m
-from crag_lab.offline import reading, synthesizer
+from crag_lab.learned.spans import DOUBT_DIR
+from crag_lab.offline import doubt, reading, synthesizer
+from crag_lab.offline.units import labelled
 from crag_lab.offline.vectors import VectorCache
 
 SPLITS = {"KB tuning": ROOT / "data" / "kb_queries.jsonl", "KB test": ROOT / "data" / "kb_queries_test.jsonl"}
@@ -83,23 +90,34 @@ def _no_names(read: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def variants(scorer: Any, spans: Any) -> dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Any]], Any, Any, bool]]:
+Variant = tuple[Callable[[], contextlib.AbstractContextManager[Any]], Any, Any, bool, Any]
+
+
+def variants(scorer: Any, spans: Any, doubter: Any) -> dict[str, Variant]:
     """Name -> (a context in which `synthesizer.respond` reads that way, its scorer, its span reader,
-    whether the span reader's unit is quoted first)."""
-    s = synthesizer
+    whether the span reader's unit is quoted first, its doubt reader)."""
+    s, d = synthesizer, doubter
+
+    def prose(text: str) -> bool:
+        return "`" not in text and not labelled(text)
+
     return {
-        "rules": (lambda: patched(s), None, spans, True),
-        "span reader's unit first at any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True),
-        "span reader reading whole items": (lambda: patched(s, READ_UNITS=10**6), None, spans, True),
-        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, True),
-        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, True),
-        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, True),
-        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans, True),
-        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans, True),
-        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans, True),
-        "rules − span reader's unit first (CRAG_OFFLINE_SPAN_FIRST=0)": (lambda: patched(s), None, spans, False),
-        "rules − span reader": (lambda: patched(s), None, None, False),
-        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans, True),
+        "rules": (lambda: patched(s), None, spans, True, None),
+        "span reader's unit first at any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True, None),
+        "span reader reading whole items": (lambda: patched(s, READ_UNITS=10**6), None, spans, True, None),
+        "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, True, None),
+        "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, True, None),
+        "rules + doubt check (CRAG_OFFLINE_DOUBT=1)": (lambda: patched(s), None, spans, True, d),
+        "rules + doubt check, read for any route": (lambda: patched(doubt, applies=lambda c, t: prose(t)), None, spans, True, d),
+        "rules + doubt check, read for any unit": (lambda: patched(doubt, applies=lambda c, t: c == "simple"),
+                                                   None, spans, True, d),
+        "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, True, None),
+        "rules − table labels": (lambda: patched(s, LABEL_BONUS=0.0), None, spans, True, None),
+        "rules − names check": (lambda: patched(s, read=_no_names(reading.read)), None, spans, True, None),
+        "rules − negation check": (lambda: patched(s, answers_the_negation=lambda *a: True), None, spans, True, None),
+        "rules − span reader's unit first (CRAG_OFFLINE_SPAN_FIRST=0)": (lambda: patched(s), None, spans, False, None),
+        "rules − span reader": (lambda: patched(s), None, None, False, None),
+        "rules − the rules' lead": (lambda: patched(s, short_answer=lambda *a: None), None, spans, True, None),
     }
 
 
@@ -126,23 +144,23 @@ def kb_cases(lab: Any) -> dict[str, list[dict[str, Any]]]:
         queries = {q.id: q for q in load_dataset(path).queries}
         rows = [q.row() for q in queries.values() if q.complexity != "chitchat"]
         cases = []
-        for row, evidence, seen, _ in capture(lab, rows):
+        for row, evidence, seen, _, complexity in capture(lab, rows):
             q = queries[row["id"]]
             for item in evidence:
                 item["line"], item["line_end"] = _lines(str(item.get("path", "")), str(item["text"]), files)
             cases.append({"question": q.question, "answers": list(q.answers), "answerable": q.answerable,
-                          "gold": [[g.path, g.start, g.end] for g in q.gold], "evidence": evidence, "seen": seen})
+                          "gold": [[g.path, g.start, g.end] for g in q.gold], "evidence": evidence, "seen": seen,
+                          "complexity": complexity})
         out[split] = cases
     CAPTURED.parent.mkdir(parents=True, exist_ok=True)
     CAPTURED.write_text(json.dumps(out), encoding="utf-8")
     return out
 
 
-def score(cases: Sequence[Mapping[str, Any]],
-          answer: Callable[[str, list[dict[str, Any]], list[dict[str, Any]]], str]) -> dict[str, Any]:
+def score(cases: Sequence[Mapping[str, Any]], answer: Callable[[Mapping[str, Any]], str]) -> dict[str, Any]:
     contained, em, f1, precision, abst_u, abst_a = [], [], [], [], [], []
     for case in cases:
-        text = answer(case["question"], case["evidence"], case.get("seen", []))
+        text = answer(case)
         abstained = m.is_abstention(text)
         by_n = {int(e.get("n", i + 1)): e for i, e in enumerate(case["evidence"])}
         cited = [by_n[int(n)] for n in dict.fromkeys(_MARK.findall(text)) if int(n) in by_n]
@@ -164,9 +182,14 @@ def score(cases: Sequence[Mapping[str, Any]],
             "citation_precision": mean(precision), "abstention": mean(abst_u), "false_abstention": mean(abst_a)}
 
 
-def public_cases() -> dict[str, list[dict[str, Any]]]:
-    """HotpotQA dev (distractor): each question's ten paragraphs; SQuAD 2.0 dev: its own paragraph."""
+def public_cases(model: Any) -> dict[str, list[dict[str, Any]]]:
+    """HotpotQA dev (distractor): each question's ten paragraphs; SQuAD 2.0 dev: its own paragraph. Each with the
+    complexity ``model`` (the offline model) routes it as, which the doubt check reads."""
     out: dict[str, list[dict[str, Any]]] = {}
+
+    def routed(question: str) -> str | None:
+        plan = json.loads(model.complete("analyze", "", {"query": question, "available_tools": []}).text)
+        return plan.get("complexity")  # type: ignore[no-any-return]
 
     def items(corpus: Mapping[str, Mapping[str, Any]], ids: Sequence[str]) -> list[dict[str, Any]]:
         return [{"n": i + 1, "text": corpus[d]["text"], "title": corpus[d].get("title") or "", "path": d}
@@ -177,13 +200,15 @@ def public_cases() -> dict[str, list[dict[str, Any]]]:
         corpus, queries = found
         out["HotpotQA"] = [{"question": q["question"], "answers": q["answers"], "answerable": True,
                             "gold": [[d, None, None] for d in q["gold_doc_ids"]],
-                            "evidence": items(corpus, q["context_doc_ids"])} for q in queries[:HOTPOT_LIMIT]]
+                            "evidence": items(corpus, q["context_doc_ids"]), "complexity": routed(q["question"])}
+                           for q in queries[:HOTPOT_LIMIT]]
     found = shared_set("squad2_dev250")
     if found is not None:
         corpus, queries = found
         out["SQuAD 2.0"] = [{"question": q["question"], "answers": q["answers"], "answerable": bool(q["answerable"]),
                              "gold": [[q["paired_doc_id"], None, None]] if q["answerable"] else [],
-                             "evidence": items(corpus, [q["paired_doc_id"]])} for q in queries[:SQUAD_LIMIT]]
+                             "evidence": items(corpus, [q["paired_doc_id"]]), "complexity": routed(q["question"])}
+                            for q in queries[:SQUAD_LIMIT]]
     return out
 
 
@@ -263,15 +288,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     scorer = AnswerScorer.load()
     spans = SpanReader.load()
+    doubter = SpanReader.load(DOUBT_DIR)
     lab = Lab.from_directory(KB, remote=False)
-    sets = {**kb_cases(lab), **public_cases()}
+    sets = {**kb_cases(lab), **public_cases(lab.model)}
     cache = VectorCache()
     rows: dict[str, dict[str, Any]] = {}
-    for variant, (context, reader, lead, first) in variants(scorer, spans).items():
+    for variant, (context, reader, lead, first, doubts) in variants(scorer, spans, doubter).items():
         log(f"reader study: {variant}")
         with context():
-            rows[variant] = {name: score(cases, lambda q, ev, seen, r=reader, sp=lead, f=first:
-                                         synthesizer.respond(q, ev, cache, r, sp, f, seen)[0]) for name, cases in sets.items()}
+            rows[variant] = {name: score(cases, lambda c, r=reader, sp=lead, f=first, dr=doubts: synthesizer.respond(
+                c["question"], c["evidence"], cache, r, sp, f, c.get("seen", []), dr, c.get("complexity"))[0])
+                for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
               "span_first_margin": synthesizer.SPAN_FIRST_MARGIN, "read_units": synthesizer.READ_UNITS}

@@ -48,7 +48,7 @@ def measure(lab: Any, rows: Sequence[Mapping[str, Any]], mode: str, top: int, pi
     """Ranks, shipped containment and (with ``pick``) the reader's containment for one split and mode."""
     cache = lab.model.vectors
     asked = [r for r in rows if r.get("answerable") and r.get("answers") and r.get("complexity") != "chitchat"]
-    evidence = {row["id"]: (ev, seen, answer) for row, ev, seen, answer in capture(lab, asked, mode=mode)}
+    evidence = {row["id"]: (ev, seen, answer) for row, ev, seen, answer, _ in capture(lab, asked, mode=mode)}
     ranks: list[int | None] = []
     shipped = 0
     reader = {"ranked": 0, "reversed": 0, "same_unit": 0, "first_in_ranked": 0, "no_pick": 0}

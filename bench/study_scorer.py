@@ -69,7 +69,7 @@ def kb_split(lab: Any, scorer: AnswerScorer, rows: Sequence[Mapping[str, Any]]) 
     best: list[tuple[int, float]] = []
     items: list[tuple[int, float, float]] = []
     grader = CalibratedGrader(cache)
-    for row, ev, seen, _ in capture(lab, [r for r in rows if r.get("complexity") != "chitchat"]):
+    for row, ev, seen, _, _ in capture(lab, [r for r in rows if r.get("complexity") != "chitchat"]):
         ranked = synthesizer.ranked(read(row["question"], ev, cache, seen))
         ordered = [u for _, u in ranked]
         keyed = [(unit_text(str(next((e.get("title") or "" for e in ev if int(e.get("n", 0)) == u.unit.n), "")), u.unit), u)

@@ -264,7 +264,9 @@ class OfflineSettings(EnvFileSettings):
     quote holds leads); ``span_first`` (``CRAG_OFFLINE_SPAN_FIRST``, on by default; ``0`` turns it off)
     also quotes first the unit holding the span reader's confident best span over all the evidence;
     ``spelling`` (``CRAG_OFFLINE_SPELLING``, on by default; ``0`` turns it off) reads a question's
-    misspelt words as the knowledge base spells them (`crag_lab.offline.spelling`).
+    misspelt words as the knowledge base spells them (`crag_lab.offline.spelling`); ``doubt``
+    (``CRAG_OFFLINE_DOUBT``, off by default; ``1`` turns it on) also abstains when the doubt reader
+    finds no answer to a one-fact question quoted from prose (`crag_lab.offline.doubt`).
     Kept apart from `CragConfig`: it is part of which model answers (its cache identity), not a
     threshold of the loop.
 
@@ -287,6 +289,10 @@ class OfflineSettings(EnvFileSettings):
     spelling: bool = Field(
         True, description="read a word of the question that is neither in the knowledge base nor in English as the "
                           "knowledge base's nearest word (one edit away, two for 8+ letters); 0 turns it off.")
+    doubt: bool = Field(
+        False, description="also abstain when the doubt reader (a span reader trained with written unanswerable "
+                           "questions) finds no answer to a one-fact question quoted from prose "
+                           "(crag_lab.offline.doubt); opt-in: 1 turns it on.")
     lead: OfflineLead = Field(
         "spans", description="'spans' (the trained span reader picks the answer's exact words in the first quote) "
                              "or 'rules' (no span reader: the asked kind of thing the quote holds leads).")

@@ -34,6 +34,9 @@ from crag_lab.embeddings import model_dir
 
 SPANS_DIR = Path(__file__).resolve().parent.parent / "_data" / "spans"
 """Where the trained adapter, head and data card ship."""
+DOUBT_DIR = SPANS_DIR.parent / "doubt"
+"""The doubt reader (`crag_lab.offline.doubt`): a span reader trained with written unanswerable questions too; its card
+holds ``abstain_margin``."""
 CARD_FILE = "spans.json"
 MEMO_SIZE = 20_000
 """How many (question, passage) readings `SpanReader.read` remembers (least recently used go first)."""

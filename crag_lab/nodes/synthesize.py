@@ -41,10 +41,11 @@ def make_synthesize(deps: Deps) -> Node:
         else:
             evidence = "\n\n".join(render_passage(item, n) for n, item in enumerate(context, 1))
             prompt = SYNTHESIZE.format(history=history, evidence=evidence, query=query)
-            inputs = {"query": query, "kind": "answer", "history": state.get("history") or [],
-                      # the same evidence text as the prompt: no stats block a document smuggled in
-                      "evidence": [{"n": n, "text": strip_stats_blocks(i["text"]), "path": i.get("path"),
-                                    "title": i.get("title")} for n, i in enumerate(context, 1)]}
+            inputs: dict[str, Any] = {
+                "query": query, "kind": "answer", "complexity": complexity, "history": state.get("history") or [],
+                # the same evidence text as the prompt: no stats block a document smuggled in
+                "evidence": [{"n": n, "text": strip_stats_blocks(i["text"]), "path": i.get("path"),
+                              "title": i.get("title")} for n, i in enumerate(context, 1)]}
             kept = {i["id"] for i in context}
             # An item dropped in several rounds is told once.
             dropped = {i["id"]: i for i in state.get("dropped", []) if i["id"] not in kept}

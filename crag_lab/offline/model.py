@@ -42,8 +42,9 @@ class OfflineModel:
     ``"rules"``; None reads ``CRAG_OFFLINE_LEAD``. ``span_first`` (None reads
     ``CRAG_OFFLINE_SPAN_FIRST``, on by default) also quotes the span reader's confident unit first
     (`synthesizer.span_first`). ``spelling`` (None reads ``CRAG_OFFLINE_SPELLING``, on by default) reads a
-    misspelt word of the question as the knowledge base spells it (`spelled`; needs ``kb``). An unknown
-    name raises a `ValueError` naming the valid ones.
+    misspelt word of the question as the knowledge base spells it (`spelled`; needs ``kb``). ``doubt`` (None
+    reads ``CRAG_OFFLINE_DOUBT``, off by default) also abstains when the doubt reader finds no answer
+    (`crag_lab.offline.doubt`). An unknown name raises a `ValueError` naming the valid ones.
 
     >>> import json
     >>> from crag_lab.offline import OfflineModel
@@ -56,8 +57,9 @@ class OfflineModel:
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
                  router: str | None = None, reader: str | None = None, lead: str | None = None,
-                 span_first: bool | None = None, spelling: bool | None = None) -> None:
-        if router is None or reader is None or lead is None or span_first is None or spelling is None:
+                 span_first: bool | None = None, spelling: bool | None = None, doubt: bool | None = None) -> None:
+        if (router is None or reader is None or lead is None or span_first is None or spelling is None
+                or doubt is None):
             from crag_lab.config import OfflineSettings
 
             settings = OfflineSettings()
@@ -66,12 +68,15 @@ class OfflineModel:
             lead = settings.lead if lead is None else lead
             span_first = settings.span_first if span_first is None else span_first
             spelling = settings.spelling if spelling is None else spelling
+            doubt = settings.doubt if doubt is None else doubt
         self.router = check_router(router)
         self.reader = check_reader(reader)
         self.lead = check_lead(lead)
         self.span_first = bool(span_first) and self.lead == "spans"
         self._scorer: Any = None
         self._spans: Any = None
+        self.doubt = bool(doubt)
+        self._doubter: Any = None
         self.spelling = bool(spelling)
         self._speller: Any = None
         store = model_name = None
@@ -144,6 +149,11 @@ class OfflineModel:
             identity["span_units"] = str(synthesizer.READ_UNITS)  # what it reads of an item
             if not self.span_first:
                 identity["span_first"] = "off"
+        if self.doubt:
+            from crag_lab.learned.spans import DOUBT_DIR
+            from crag_lab.learned.spans import fingerprint as spans_fingerprint
+
+            identity["doubt"] = spans_fingerprint(DOUBT_DIR)
         if self.spelling and self._kb is not None:  # without a knowledge base it changes nothing
             identity["spelling"] = "knowledge base + symspellpy English"
         return identity
@@ -165,6 +175,15 @@ class OfflineModel:
 
             self._spans = SpanReader.load()
         return self._spans
+
+    @property
+    def doubter(self) -> Any:
+        """The doubt reader (`crag_lab.offline.doubt`; a `crag_lab.learned.SpanReader`) of ``doubt``, loaded on first use."""
+        if self._doubter is None:
+            from crag_lab.learned.spans import DOUBT_DIR, SpanReader
+
+            self._doubter = SpanReader.load(DOUBT_DIR)
+        return self._doubter
 
     @property
     def grader(self) -> CalibratedGrader:
@@ -212,7 +231,8 @@ class OfflineModel:
             text, note = synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
                                              self.scorer if self.reader == "learned" else None,
                                              self.spans if self.lead == "spans" else None, self.span_first,
-                                             seen=inputs.get("seen", ()))
+                                             seen=inputs.get("seen", ()), doubter=self.doubter if self.doubt else None,
+                                             complexity=inputs.get("complexity"))
             if respelled:
                 read_as = ", ".join(f"{typed!r} as {kb_word!r}" for typed, kb_word in respelled)
                 note = f"read {read_as} (the knowledge base's spelling)" + (f"; {note}" if note else "")

@@ -7,11 +7,10 @@ of answer the phrasing asks for (who ⇒ a person, which port / how many ⇒ a n
 which command ⇒ a code span with arguments). The best unit is the answer, cited with its item's
 ``[N]``; each further part of a multi-part question adds its own best unit, and a comparison the
 other side's unit with the same labels. When the question asks a typed thing and the first quote
-holds exactly one, the answer opens with it in bold (`short_answer`: ``**8443** — …``). When even the
-best unit's support is below `ABSTAIN_BELOW`, the question uses a name no evidence item holds
-(``Maestro``, ``PAY-142``, ``7070``: `crag_lab.offline.units.names`), or it asks what is not so and
-no quote negates anything (`answers_the_negation`), the answer is the spec's abstention sentence.
-
+holds exactly one, the answer opens with it in bold (`short_answer`: ``**8443** — …``). When the best unit's
+support is below `ABSTAIN_BELOW`, the question uses a name no evidence item holds (``Maestro``, ``PAY-142``:
+`crag_lab.offline.units.names`), it asks what is not so and no quote negates anything (`answers_the_negation`),
+or (opt-in) the doubt reader finds none (`crag_lab.offline.doubt`), the answer is the spec's abstention sentence.
 >>> from crag_lab.offline.vectors import VectorCache  # doctest: +SKIP
 >>> answer("Which port does the gateway use?", [{"n": 1, "text": "The gateway listens on port 8443."}],
 ...        VectorCache())  # doctest: +SKIP
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from crag_lab.config import OfflineLead, OfflineReader
-from crag_lab.offline import router
+from crag_lab.offline import doubt, router
 from crag_lab.offline.leads import markdown_lead
 from crag_lab.offline.reading import (
     ItemReading,
@@ -105,10 +104,9 @@ LEARNED_WEIGHT = 0.25
 `bench/study_scorer.py`'s grid (0.25, 0.5, 1.0) that ranks the answering unit first most often on the
 tuning split (docs/dev/scorer.md; the test split was not consulted)."""
 LEARNED_ABSTAINS_BY = "rules"
-"""Which score withholds the learned reader's answer: ``"rules"`` (the best unit's support against
-`ABSTAIN_BELOW`) or ``"scorer"`` (its answer probability against the scorer's own threshold, set on
-its training data). On the tuning split the scorer's threshold withheld 40 % of the answerable
-questions' answers (the rules: 8 %), so the rules decide (docs/dev/reader.md)."""
+"""Which score withholds the learned reader's answer: ``"rules"`` (support against `ABSTAIN_BELOW`) or ``"scorer"`` (its
+probability against the scorer's own threshold, set on its training data). On the tuning split the scorer's threshold
+withheld 40 % of the answerable questions' answers (the rules: 8 %), so the rules decide (docs/dev/reader.md)."""
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+|\s+(?=\((?!\d))|,\s+(?=(?:and|but|which|while|so)\b)")
 
@@ -405,22 +403,26 @@ def span_first(reading: Reading, reader: Any) -> tuple[UnitReading | None, str |
 
 def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
             scorer: Any = None, spans: Any = None, first_unit: bool = False,
-            seen: Sequence[Mapping[str, object]] = ()) -> tuple[str, str | None]:
-    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`); for an answer,
-    how it was read (the rules' best unit and its support; the span reader's best answer, its margin against the gate
-    and whether it was quoted first; where the bold lead came from). Ranked with a learned ``scorer`` when given.
+            seen: Sequence[Mapping[str, object]] = (), doubter: Any = None,
+            complexity: str | None = None) -> tuple[str, str | None]:
+    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`, `doubt.doubted`);
+    for an answer, how it was read (the rules' best unit and its support; the span reader's best answer, its margin
+    against the gate and whether it was quoted first; where the bold lead came from). A learned ``scorer`` re-ranks.
 
     With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its confident
-    best span over all the evidence is quoted first, before the rules' choice (`span_first`, on by default: about 12 ms
-    an item on two cores); whether to answer at all stays the rules' decision. An answer opens with the asked thing in
-    bold when the first quote holds it: ``**8443** — Public listener: `8443` (TLS) [1].`` With a span reader that is
-    the reader's answer in the first quote's item (`span_lead`), else the rules' (`short_answer`).
-    ``seen``: items the run's grader dropped, never quoted; the names check counts their names (`read`).
-    """
+    best span over all the evidence is quoted first, before the rules' choice (`span_first`: about 12 ms an item on
+    two cores). The answer opens with the asked thing in bold when the first quote holds it (``**8443** — Public
+    listener: `8443` (TLS) [1].``): the span reader's answer (`span_lead`), else the rules' (`short_answer`).
+    Whether to answer is the rules' decision and, with a ``doubter`` (the doubt reader), the router's ``complexity``
+    "simple" and a best unit of prose, also the doubt reader's (`crag_lab.offline.doubt`). ``seen``: items the
+    run's grader dropped, never quoted; the names check counts their names (`read`)."""
     reading = read(query, evidence, cache, seen)
     choice = choose(reading, scorer)
     if choice.abstains:
         return NO_EVIDENCE_ANSWER, why_abstained(choice)
+    if doubter is not None and doubt.applies(complexity, choice.units[0].unit.text) and (
+            doubts := doubt.doubted(query, [(i.n, reader_passage(i)) for i in reading.items], doubter)):
+        return NO_EVIDENCE_ANSWER, doubts
     units = list(choice.units)
     first, said = span_first(reading, spans) if spans is not None and first_unit else (None, None)
     best = units[0]
