@@ -275,7 +275,9 @@ def markdown(result: Mapping[str, Any]) -> str:
               "evidence is quoted first when that span's margin over no answer is at least "
               f"{result.get('span_first_margin', synthesizer.SPAN_FIRST_MARGIN)} (the tuning split's pick), and its "
               "span inside the first quote is the bold lead. "
-              "The `rules −` rows remove one rule from what ships."]
+              "The `rules −` rows remove one rule from what ships; the `rules + doubt check` rows add the opt-in doubt "
+              "check (`crag_lab.offline.doubt`), and the same without each of its two gates. SQuAD 2.0's evidence here "
+              "is the question's own paragraph alone, where the graph hands the synthesizer several (docs/dev/doubt.md)."]
     return "\n".join(lines) + "\n"
 
 

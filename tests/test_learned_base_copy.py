@@ -38,6 +38,10 @@ def test_the_copy_keeps_the_rows_its_texts_use_and_zeroes_the_rest(tiny_model: P
     assert (tmp_path / "copy" / PACKED).is_file() and not (tmp_path / "copy" / "model.safetensors").exists()
     model, tokenizer = load_base(tmp_path / "copy")  # unpacks on first use
     assert type(model).__name__ == "BertForSequenceClassification"
+    write_copy(tiny_model, tmp_path / "spans-copy", ["What is the port of gateway?"])
+    from crag_lab.learned import fit_spans
+
+    assert type(fit_spans.load_base(tmp_path / "spans-copy")[0]).__name__ == "BertForQuestionAnswering"  # unpacks too
     original = load_file(str(tiny_model / "model.safetensors"))
     copied = load_file(str(tmp_path / "copy" / "model.safetensors"))
     key = next(k for k in original if k.endswith("word_embeddings.weight"))
@@ -59,6 +63,10 @@ def test_texts_come_from_pairs_and_messages_files_and_anything_else_is_one_clear
         json.dump({"rows": []}, f)
     assert texts_of(tmp_path / "p.json.gz") == ["Q one?", "a text", "another"]
     assert texts_of(tmp_path / "m.json.gz") == ["hi", "bye"]
+    from crag_lab.learned.span_data import SpanExample, write_examples
+
+    write_examples(tmp_path / "s.json.gz", [SpanExample("Which port?", "Gate: port 8443", 11, "8443", "squad11")])
+    assert texts_of(tmp_path / "s.json.gz") == ["Gate: port 8443", "Which port?"]
     with pytest.raises(SystemExit, match="neither a pairs file"):
         texts_of(tmp_path / "x.json.gz")
     with pytest.raises(SystemExit, match="is not a file"):

@@ -9,8 +9,9 @@ The adapters trained on it are measured and shipped on the float32 original.
 
     python -m crag_lab.learned.base_copy --texts pairs.json.gz --texts messages.json.gz --out BASE
 
-``--texts`` takes the files the fits read (a pairs file, `fit.write_pairs`, or a messages file,
-`train_router --dump`); every one of their texts is tokenized to find the rows kept.
+``--texts`` takes the files the fits read (a pairs file, `fit.write_pairs`; a messages file,
+`train_router --dump`; or a span examples file, `train_spans --dump`); every one of their texts is
+tokenized to find the rows kept.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ PACKED = "model.safetensors.xz"
 
 
 def texts_of(path: str | Path) -> list[str]:
-    """Every text of a pairs file (questions and texts) or a messages file (training and validation)."""
+    """Every text of a pairs file (questions and texts), a messages file (training and validation) or a span
+    examples file (passages and questions)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         raw = json.load(f)
     if "pairs" in raw:
         return [*raw["questions"], *raw["texts"]]
     if "train" in raw:
         return [t for t, _ in [*raw["train"], *raw.get("val", [])]]
-    raise SystemExit(f"base_copy: {path} is neither a pairs file (fit.write_pairs) nor a messages file (train_router --dump)")
+    if "examples" in raw and "passages" in raw:
+        return [*raw["passages"], *(e[0] for e in raw["examples"])]
+    raise SystemExit(f"base_copy: {path} is neither a pairs file (fit.write_pairs), a messages file "
+                     "(train_router --dump) nor a span examples file (train_spans --dump)")
 
 
 def write_copy(source: str | Path, out: str | Path, texts: Iterable[str]) -> dict[str, int]:
@@ -69,7 +74,8 @@ def write_copy(source: str | Path, out: str | Path, texts: Iterable[str]) -> dic
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.base_copy", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--texts", action="append", required=True, help="a pairs or messages file (repeat for more)")
+    parser.add_argument("--texts", action="append", required=True,
+                        help="a pairs, messages or span examples file (repeat for more)")
     parser.add_argument("--out", required=True, help="the folder to write (tokenizer files and model.safetensors.xz)")
     parser.add_argument("--source", help="the model folder to copy (default: the bundled MiniLM)")
     args = parser.parse_args(argv)

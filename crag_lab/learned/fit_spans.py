@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from crag_lab.learned.fit import adapted, adapter, amp, run_steps
+    from crag_lab.learned.fit import adapted, adapter, amp, run_steps, unpack
 except ImportError:  # run as a plain script (python crag_lab/learned/fit_spans.py) where crag_lab is not installed
-    from fit import adapted, adapter, amp, run_steps  # type: ignore[no-redef]
+    from fit import adapted, adapter, amp, run_steps, unpack  # type: ignore[no-redef]
 
 TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 """The linear layers of every MiniLM block that carry a LoRA adapter."""
@@ -47,13 +47,15 @@ def read_examples(path: str | Path) -> list[tuple[str, str, int, str, str]]:
 
 
 def load_base(base: str | Path) -> tuple[Any, Any]:
-    """MiniLM from ``base`` with a fresh start/end head (float32) and its tokenizer."""
+    """MiniLM from ``base`` with a fresh start/end head (float32) and its tokenizer; a transfer copy
+    (``python -m crag_lab.learned.base_copy``) is unpacked on first use."""
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    unpack(base)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model = AutoModelForQuestionAnswering.from_pretrained(str(base), dtype=torch.float32)
     return model, tokenizer
