@@ -47,10 +47,10 @@ def doubter() -> SpanReader:
 def test_only_the_adapter_head_and_card_ship_and_they_are_small() -> None:
     assert sorted(p.name for p in DOUBT_DIR.iterdir() if p.name != "__pycache__") == [
         "DATA_CARD.md", "adapter_config.json", "adapter_model.safetensors", "spans.json"]
-    assert (DOUBT_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
+    assert (DOUBT_DIR / "adapter_model.safetensors").stat().st_size < 5 * 2**20  # the project's limit a file
     card = json.loads((DOUBT_DIR / "spans.json").read_text(encoding="utf-8"))
     held = card["held_out_at_the_cut"]
-    assert card["abstain_margin"] == pytest.approx(2.24)
+    assert card["abstain_margin"] == pytest.approx(2.26)
     # the rule: at most 15 % of the held-out answerable questions below the cut (both answerable sources together)
     answerable = [held[s] for s in ("squad11", "docs")]
     assert sum(h["rows"] * h["below_abstain_margin"] for h in answerable) / sum(h["rows"] for h in answerable) <= 0.15

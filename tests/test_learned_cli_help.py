@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-COMMANDS = ["base_copy", "fit", "fit_router", "fit_spans", "train", "train_router", "train_spans"]
+COMMANDS = ["base_copy", "doubt_cut", "fit", "fit_router", "fit_spans", "shrink", "train", "train_router", "train_spans"]
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -15,7 +15,7 @@ def test_help_prints_every_option(name, capsys):
     assert stopped.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage:")
-    assert "--train-dir" in out or "--base" in out or "--texts" in out
+    assert "--train-dir" in out or "--base" in out or "--texts" in out or "--rank" in out or "--reader" in out
 
 
 def test_router_help_names_the_chat_typing_share(capsys):
