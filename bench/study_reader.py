@@ -59,7 +59,6 @@ from crag_lab.eval import load_dataset
 from crag_lab.eval import metrics as m
 from crag_lab.learned.spans import DOUBT_DIR
 from crag_lab.offline import doubt, reading, synthesizer
-from crag_lab.offline.units import labelled
 from crag_lab.offline.vectors import VectorCache
 
 SPLITS = {"KB tuning": ROOT / "data" / "kb_queries.jsonl", "KB test": ROOT / "data" / "kb_queries_test.jsonl"}
@@ -97,10 +96,6 @@ def variants(scorer: Any, spans: Any, doubter: Any) -> dict[str, Variant]:
     """Name -> (a context in which `synthesizer.respond` reads that way, its scorer, its span reader,
     whether the span reader's unit is quoted first, its doubt reader)."""
     s, d = synthesizer, doubter
-
-    def prose(text: str) -> bool:
-        return "`" not in text and not labelled(text)
-
     return {
         "rules": (lambda: patched(s), None, spans, True, None),
         "span reader's unit first at any margin": (lambda: patched(s, SPAN_FIRST_MARGIN=float("-inf")), None, spans, True, None),
@@ -108,7 +103,8 @@ def variants(scorer: Any, spans: Any, doubter: Any) -> dict[str, Variant]:
         "learned (rules abstain)": (lambda: patched(s, LEARNED_ABSTAINS_BY="rules"), scorer, spans, True, None),
         "learned (scorer abstains)": (lambda: patched(s, LEARNED_ABSTAINS_BY="scorer"), scorer, spans, True, None),
         "rules + doubt check (CRAG_OFFLINE_DOUBT=1)": (lambda: patched(s), None, spans, True, d),
-        "rules + doubt check, read for any route": (lambda: patched(doubt, applies=lambda c, t: prose(t)), None, spans, True, d),
+        "rules + doubt check, read for any route": (lambda: patched(doubt, applies=lambda c, t: doubt.prose(t)),
+                                                    None, spans, True, d),
         "rules + doubt check, read for any unit": (lambda: patched(doubt, applies=lambda c, t: c == "simple"),
                                                    None, spans, True, d),
         "rules − answer kinds": (lambda: patched(s, KIND_BONUS=0.0, KIND_PENALTY=0.0, SHAPE_WEIGHT=0.0), None, spans, True, None),

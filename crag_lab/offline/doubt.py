@@ -2,11 +2,11 @@
 
 The synthesizer's rules catch a question about an absent topic (its best unit's support is low), one that names
 something no evidence holds (the names check) and one about what is not so (the negation check). A question
-*written against the right paragraph* that lacks its answer passes all three: "When did the Normans conquer
-Sicily's capital?" over a paragraph about the Normans in Sicily. SQuAD 2.0's unanswerable questions are made
-that way. The doubt reader (``crag_lab/_data/doubt``, a `crag_lab.learned.SpanReader` trained with 16,588 such
-questions; its data card) reads the evidence as the span reader does (`synthesizer.reader_passage`) and gives
-its best margin over "no answer"; below its card's ``abstain_margin`` the synthesizer abstains.
+*written against the right paragraph* that lacks its answer passes all three: "Who demolished the Kessock
+lighthouse?" over a paragraph naming its builder. SQuAD 2.0's unanswerable questions are made that way. The
+doubt reader (``crag_lab/_data/doubt``, a `crag_lab.learned.SpanReader` trained with 16,588 such questions; its
+data card) reads the evidence as the span reader does (`synthesizer.reader_passage`) and gives its best margin
+over "no answer"; below its card's ``abstain_margin`` the synthesizer abstains.
 
 The margin is read only where the reader learned to doubt (`applies`):
 
@@ -41,10 +41,15 @@ HELD_OUT_SHARE = 0.15
 """`cut_from`'s rule: at most this share of the held-out answerable questions fall below the cut."""
 
 
+def prose(unit_text: str) -> bool:
+    """Whether a unit is prose: no labelled row (``Label: value``) and no code."""
+    return "`" not in unit_text and not labelled(unit_text)
+
+
 def applies(complexity: str | None, unit_text: str) -> bool:
     """Whether the doubt reader's margin decides for a question the router calls ``complexity`` whose best unit
     (by the rules) reads ``unit_text``: a one-fact question quoted from prose (the module's docstring says why)."""
-    return complexity == "simple" and "`" not in unit_text and not labelled(unit_text)
+    return complexity == "simple" and prose(unit_text)
 
 
 def doubted(query: str, items: Sequence[tuple[int, str]], reader: Any) -> str | None:
