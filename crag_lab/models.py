@@ -403,7 +403,10 @@ def call_model(
     `LlamaIndexModel` answers from the server's measured speed, `SpeedMeter`) and waits that long
     when it is longer, doubled on each retry: a slow but working server is waited for, a stalled one
     still times out. Each attempt runs on a daemon thread, so one given up on never holds the
-    process at exit.
+    process at exit. A model that computes in this process (`runs_inline`: the offline model) runs on
+    the caller's thread instead, with no timeout: it waits on nothing that can stall, a reply it
+    finishes is never thrown away for being late, and its torch readers run faster on the thread
+    that also embeds the question (bench/RESULTS.md, "Offline latency").
 
     Never raises: a call that failed every attempt returns ``reply=None`` and the errors, and the
     node degrades as documented (analyze ⇒ complex, plan ⇒ text fallback, grade ⇒ 0.5, synthesize
@@ -411,14 +414,18 @@ def call_model(
     """
     errors: list[str] = []
     start = time.perf_counter()
+    inline = runs_inline(model, task)
     for attempt in range(retries + 1):
         if attempt:
             sleep(backoff_s * (2 ** (attempt - 1)))
-        future: concurrent.futures.Future[ModelReply] = concurrent.futures.Future()
-        threading.Thread(target=_run_into, args=(future, model.complete, task, prompt, inputs), daemon=True,
-                         name="crag-model").start()
         try:
-            reply = _wait(future, model, task, prompt, timeout_s, 2 ** attempt)
+            if inline:
+                reply = model.complete(task, prompt, inputs)
+            else:
+                future: concurrent.futures.Future[ModelReply] = concurrent.futures.Future()
+                threading.Thread(target=_run_into, args=(future, model.complete, task, prompt, inputs), daemon=True,
+                                 name="crag-model").start()
+                reply = _wait(future, model, task, prompt, timeout_s, 2 ** attempt)
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"{type(model).__name__}.complete returned {type(reply).__name__}, not ModelReply")
             if not isinstance(reply.text, str):
@@ -429,6 +436,24 @@ def call_model(
         except Exception as exc:  # any model failure degrades the node, never the run
             errors.append(f"{type(exc).__name__}: {exc}"[:500])
     return CallOutcome(None, retries + 1, (time.perf_counter() - start) * 1000, tuple(errors))
+
+
+def runs_inline(model: CragModel, task: str) -> bool:
+    """Whether ``task``'s model (`TaskModels.model_for` when ``model`` is a line-up; a `crag_lab.cache.CachedModel`
+    answers for the model it wraps) says ``in_process = True``: it computes in this process and waits on nothing
+    outside it, so `call_model` calls it on the caller's thread.
+
+    >>> from crag_lab.offline import OfflineModel
+    >>> from crag_lab.testing import ScriptedLLM
+    >>> runs_inline(OfflineModel(), "grade"), runs_inline(ScriptedLLM({}), "grade")
+    (True, False)
+    >>> line_up = TaskModels({"synthesize": ScriptedLLM({})}, OfflineModel())
+    >>> runs_inline(line_up, "grade"), runs_inline(line_up, "synthesize")
+    (True, False)
+    """
+    pick = getattr(model, "model_for", None)
+    chosen = pick(task) if callable(pick) else model
+    return getattr(chosen, "in_process", False) is True
 
 
 class _TimedOut(Exception):

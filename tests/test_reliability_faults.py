@@ -149,6 +149,51 @@ def test_each_attempt_times_out_at_model_timeout_s(release: threading.Event) -> 
     assert elapsed < 5.0  # three 0.05 s timeouts, not three 10 s calls (a generous upper bound)
 
 
+class ThreadNoting:
+    """Answers every task; notes the thread each call ran on. ``in_process`` as given."""
+
+    name = "thread-noting"
+
+    def __init__(self, in_process: bool, failures: int = 0) -> None:
+        self.in_process = in_process
+        self.failures = failures
+        self.threads: list[threading.Thread] = []
+
+    def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
+        self.threads.append(threading.current_thread())
+        if len(self.threads) <= self.failures:
+            raise Boom(f"attempt {len(self.threads)} failed")
+        return ModelReply("[0.5]", 1, 1)
+
+
+def test_an_in_process_model_runs_on_the_callers_thread_and_a_server_model_on_a_watchdog_thread() -> None:
+    inline, served = ThreadNoting(in_process=True), ThreadNoting(in_process=False)
+    for model in (inline, served):
+        assert call_model(model, "grade", "p", {}, retries=0, timeout_s=5.0, backoff_s=0.0).reply is not None
+    assert inline.threads == [threading.current_thread()]
+    assert served.threads[0] is not threading.current_thread() and served.threads[0].daemon
+
+
+def test_an_in_process_model_is_retried_like_any_other() -> None:
+    model, sleeps = ThreadNoting(in_process=True, failures=2), []
+    outcome = call_model(model, "plan", "p", {}, retries=3, timeout_s=5.0, backoff_s=0.25, sleep=sleeps.append)
+    assert outcome.reply == ModelReply("[0.5]", 1, 1) and outcome.attempts == 3
+    assert outcome.errors == ("Boom: attempt 1 failed", "Boom: attempt 2 failed") and sleeps == [0.25, 0.5]
+
+
+def test_the_offline_model_behind_a_cache_and_in_a_line_up_runs_inline_for_its_own_tasks_only(tmp_path: Path) -> None:
+    from crag_lab.cache import ResponseCache, with_cache
+    from crag_lab.models import TaskModels, runs_inline
+    from crag_lab.offline import OfflineModel
+
+    offline, served = OfflineModel(), ThreadNoting(in_process=False)
+    line_up = with_cache(TaskModels({"synthesize": served}, offline), ResponseCache(tmp_path / "cache.sqlite"))
+    assert runs_inline(with_cache(offline, ResponseCache(tmp_path / "alone.sqlite")), "grade")
+    assert runs_inline(line_up, "analyze") and not runs_inline(line_up, "synthesize")
+    call_model(line_up, "synthesize", "p", {}, retries=0, timeout_s=5.0, backoff_s=0.0)
+    assert served.threads[0] is not threading.current_thread()  # the server's task keeps its timeout
+
+
 @pytest.mark.parametrize(
     "reply", ["a bare string", None, ModelReply(None, 1, 1), ModelReply(b"bytes", 1, 1)],  # type: ignore[arg-type]
     ids=["str", "none", "none-text", "bytes-text"],

@@ -54,6 +54,9 @@ class OfflineModel:
     """
 
     name = "offline"
+    in_process = True
+    """It computes in this process and never waits on anything outside it, so `crag_lab.models.call_model` runs
+    it on the caller's thread, not on a watchdog thread (`crag_lab.models.runs_inline`)."""
 
     def __init__(self, embed_model: BaseEmbedding | None = None, *, kb: KnowledgeBase | None = None,
                  router: str | None = None, reader: str | None = None, lead: str | None = None,
