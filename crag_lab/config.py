@@ -73,7 +73,8 @@ class CragConfig(EnvFileSettings):
     )
     prefilter: bool = Field(True, description="False: the pre-filter rules never skip the grader.")
     model_retries: int = Field(2, ge=0, le=10, description="Retries after a model exception or timeout.")
-    model_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds before a model call times out.")
+    model_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds before a model call times out "
+                                   "(not the offline model's: it runs on the caller's thread).")
     retry_backoff_s: float = Field(0.5, ge=0.0, le=60.0, description="First retry delay; doubles each retry.")
     recursion_limit: int = Field(
         100,
