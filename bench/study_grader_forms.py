@@ -1,4 +1,4 @@
-"""Would another form of the offline grader calibrate better? Three tried beside the one that ships.
+"""Would another form of the offline grader calibrate better? Six tried beside the one that ships.
 
 The shipped grader (``bench/fit_grader.py``) is a logistic regression on nine features, fitted at even
 odds on four training domains. Its out-of-fold ECE misses 0.05 on ``squad`` and ``multihop``, and its
@@ -12,7 +12,11 @@ domains; held-out domains measured with the model fitted on all of them):
 - ``+ scorer interactions``: the scorer's logit times each other feature;
 - ``+ span margin``: the span reader's best margin over "no answer" in the item, read as the
   synthesizer reads it (`synthesizer.reader_passage`), clipped at -30, and its positive part: a second
-  learned reader, trained on other data than the scorer.
+  learned reader, trained on other data than the scorer;
+- ``scorer reads 8 units``: the scorer's best over an item's 8 best-supported units instead of its
+  `grader.SCORER_UNITS` (4): a gold unit the offline reading ranks fifth is never read today;
+- ``+ scorer's second-best unit`` and ``+ scorer's mean over units``: more of the scorer's reading of the
+  item than its best unit (over the same 8 units): an item whose several units answer may be surer.
 
 A form would be worth shipping if it calibrated the fitted domains better out of fold at the same
 AUROC; the held-out columns are shown, not used to choose. Nothing here ships.
@@ -20,7 +24,8 @@ AUROC; the held-out columns are shown, not used to choose. Nothing here ships.
     .venv/bin/python bench/study_grader_forms.py   # writes docs/dev/grader_forms.md (+ .json)
 
 Needs what ``bench/fit_grader.py`` needs; the scorer's probabilities come from its cache and the span
-margins are kept in ``.cache/grader/span-<reader fingerprint>.npz``. About ten minutes on two cores.
+margins are kept in ``.cache/grader/span-<reader fingerprint>.npz``. About ten minutes on two cores once `fit_grader.py` has
+filled the caches (the wider forms ask the scorer about twice as many pairs on a first run).
 """
 
 from __future__ import annotations
@@ -40,11 +45,16 @@ from _grader_domains import CachedScorer
 from _report_fmt import table
 
 from crag_lab.offline import synthesizer
-from crag_lab.offline.reading import read
+from crag_lab.offline.grader import SCORER_UNITS
+from crag_lab.offline.reading import read, unit_key, unit_support
 from crag_lab.offline.vectors import VectorCache
 
 OUT = ROOT / "docs" / "dev" / "grader_forms.md"
 MARGIN_FLOOR = -30.0
+WIDE_UNITS = 8
+P_FLOOR = 1e-4
+"""Probabilities are clipped to [P_FLOOR, 1 - P_FLOOR] before the logit, as `grader.scorer_logits` clips them."""
+"""Units per item the wider scorer forms read (the shipped grader reads `SCORER_UNITS`)."""
 
 
 def span_margins(groups: Sequence[dict[str, Any]], cache: VectorCache) -> np.ndarray:
@@ -68,16 +78,42 @@ def span_margins(groups: Sequence[dict[str, Any]], cache: VectorCache) -> np.nda
     return np.asarray(margins)
 
 
-def forms(x: np.ndarray, margins: np.ndarray, fitted: np.ndarray) -> dict[str, np.ndarray]:
+def unit_probabilities(groups: Sequence[dict[str, Any]], cache: VectorCache, scorer: Any,
+                       units: int = WIDE_UNITS) -> np.ndarray:
+    """The scorer's probability for each item's ``units`` best-supported units, best-supported first, in
+    `fit_grader.extract`'s item order; NaN where an item has fewer units (as `grader.scorer_logits` reads them)."""
+    rows = []
+    for group in groups:
+        reading = read(group["query"], group["items"], cache)
+        for item in reading.items:
+            ranked = sorted(item.units, key=unit_support, reverse=True)[:units]
+            probs = scorer.predict([(reading.query, unit_key(item.title, u.unit)) for u in ranked]) if ranked else []
+            rows.append(np.concatenate([np.asarray(probs, dtype=np.float64), np.full(units - len(ranked), np.nan)]))
+    return np.vstack(rows)
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, P_FLOOR, 1 - P_FLOOR)
+    return np.asarray(np.log(p / (1 - p)))
+
+
+def forms(x: np.ndarray, margins: np.ndarray, probs: np.ndarray, fitted: np.ndarray) -> dict[str, np.ndarray]:
     """The feature matrices of every form, shipped first."""
     sc = fg.COLUMNS.index(fg.SCORER_FEATURE)
     logit = x[:, sc:sc + 1]
     knots = np.percentile(logit[fitted, 0], [25, 50, 75])
     span = np.maximum(margins, MARGIN_FLOOR)[:, None]
+    ranked = -np.sort(-np.nan_to_num(probs, nan=0.0), axis=1)  # each item's probabilities, highest first
+    wide = x.copy()
+    wide[:, sc] = _logit(ranked[:, 0])
+    mean = np.nanmean(np.where(np.isnan(probs).all(axis=1, keepdims=True), 0.0, probs), axis=1)
     return {"ships": x,
             "+ scorer spline": np.hstack([x, *(np.maximum(0.0, logit - k) for k in knots)]),
             "+ scorer interactions": np.hstack([x, logit * np.delete(x, sc, axis=1)]),
-            "+ span margin": np.hstack([x, span, np.maximum(span, 0.0)])}
+            "+ span margin": np.hstack([x, span, np.maximum(span, 0.0)]),
+            f"scorer reads {WIDE_UNITS} units (ships {SCORER_UNITS})": wide,
+            "… + scorer's second-best unit": np.hstack([wide, _logit(ranked[:, 1:2])]),
+            "… + scorer's mean over units": np.hstack([wide, mean[:, None]])}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,10 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = VectorCache(store=fg.CACHE / "vectors.sqlite", model_name="sentence-transformers/all-MiniLM-L6-v2")
     scorer = AnswerScorer.load()
     groups = fg.domains(cache, scorer.card.trained)
-    x, y, q, d = fg.extract(groups, cache, CachedScorer(scorer, fg.CACHE / f"scorer-{fingerprint(None)}.sqlite"))
+    cached = CachedScorer(scorer, fg.CACHE / f"scorer-{fingerprint(None)}.sqlite")
+    x, y, q, d = fg.extract(groups, cache, cached)
     fitted = np.isin(d, fg.FITTED)
+    probs = unit_probabilities(groups, cache, cached)
     results = {}
-    for name, matrix in forms(x, span_margins(groups, cache), fitted).items():
+    for name, matrix in forms(x, span_margins(groups, cache), probs, fitted).items():
         log(f"fitting {name}")
         reports, _ = fg.measure(matrix, y, q, d)
         results[name] = {dom: {"how": r["how"], "auroc": r["auroc"], "ece": r["ece_even_odds"]} for dom, r in reports.items()}
