@@ -52,9 +52,9 @@ from crag_lab.offline.vectors import VectorCache
 OUT = ROOT / "docs" / "dev" / "grader_forms.md"
 MARGIN_FLOOR = -30.0
 WIDE_UNITS = 8
+"""Units per item the wider scorer forms read (the shipped grader reads `SCORER_UNITS`)."""
 P_FLOOR = 1e-4
 """Probabilities are clipped to [P_FLOOR, 1 - P_FLOOR] before the logit, as `grader.scorer_logits` clips them."""
-"""Units per item the wider scorer forms read (the shipped grader reads `SCORER_UNITS`)."""
 
 
 def span_margins(groups: Sequence[dict[str, Any]], cache: VectorCache) -> np.ndarray:
