@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 # 20-25 minutes on 2 cores; pip keeps the built wheel, so later set-ups reuse it). Only the server's
 # dependencies matter: tests, examples and the web UI are left out. `make test REAL_MODEL=skip`
 # skips the build and those tests (the test report says they were skipped, and why).
+# GGML_NATIVE=OFF builds for any x86-64 CPU with AVX2 instead of for every instruction the build machine
+# reports: a virtual machine can report AMX and then not let a process run it (llama-server dies of SIGILL).
 REAL_MODEL ?= on
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
-	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=OFF
 REALMODEL_STAMP := $(VENV)/.realmodel
 
 $(REALMODEL_STAMP): $(STAMP)

