@@ -90,6 +90,26 @@ def cited_as(note: str, items: Sequence[Mapping[str, Any]], cited: Sequence[Mapp
     return _ITEM.sub(mark, note)
 
 
+def weighed_as(units: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]],
+               cited: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The units a model weighed (`ModelReply.weighed`), each with its item's id and where the answer cites it:
+    ``cited`` is the renumbered ``[K]`` of `finalize_answer`, or None when the answer does not cite that item.
+
+    >>> items = [{"id": "a.md:L1-L3"}, {"id": "b.md:L4-L9"}]
+    >>> for unit in weighed_as([{"rank": 1, "item": 2}, {"rank": 2, "item": 1}], items, [items[1]]):
+    ...     print(unit)
+    {'rank': 1, 'item': 2, 'id': 'b.md:L4-L9', 'cited': 1}
+    {'rank': 2, 'item': 1, 'id': 'a.md:L1-L3', 'cited': None}
+    """
+    position = {item.get("id"): k for k, item in enumerate(cited, 1)}
+    out = []
+    for unit in units:
+        n = unit.get("item")
+        item_id = items[n - 1].get("id") if isinstance(n, int) and 1 <= n <= len(items) else None
+        out.append({**unit, "id": item_id, "cited": position.get(item_id)})
+    return out
+
+
 def is_abstention(text: str) -> bool:
     return NO_EVIDENCE_ANSWER.lower() in text.lower()
 

@@ -37,6 +37,7 @@ class ModelReply:
     completion_tokens: int
     cached: bool = False  # answered from a `crag_lab.cache.ResponseCache`, not by the model
     note: str | None = None  # the model's own account of this reply, when it gives one (why it abstained)
+    weighed: tuple[dict[str, Any], ...] = ()  # the units the offline synthesizer weighed (`synthesizer.Answered`)
 
 
 @runtime_checkable

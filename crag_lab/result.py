@@ -71,6 +71,20 @@ class AskResult:
         return self.state.get("grader_action")
 
     @property
+    def weighed(self) -> UnitsWeighed:
+        """The units the synthesizer weighed for this answer, with their scores, and why it answered or abstained.
+
+        From the offline model's ``answer_read`` or ``model_abstained`` audit event (`crag_lab.offline.synthesizer.Answered`);
+        empty for a model that does not say (an LLM), for chitchat and for a run with no evidence. A table in a notebook.
+        """
+        said = [e for e in self.state.get("audit", []) if e["event"] in ("answer_read", "model_abstained")]
+        if not said:
+            return UnitsWeighed(None, (), False)
+        event = said[-1]
+        abstained = event["event"] == "model_abstained"
+        return UnitsWeighed(event.get("reason") if abstained else event.get("why"), tuple(event.get("units", ())), abstained)
+
+    @property
     def route(self) -> Route:
         """A one-word summary: chitchat, simple, GENERATE, REFINE, RE_RETRIEVE, capped, complex or a mode."""
         return run_route(self.to_record())
@@ -101,6 +115,42 @@ class AskResult:
         trail = " → ".join(self.path)
         answer = _SOURCE_LINE.sub(r"- \1", self.answer)  # "[1] path:L3" lines would run together as one paragraph
         return f"**Q:** {self.query}\n\n{answer}\n\n<sub>path: {trail}</sub>"
+
+
+@dataclass(frozen=True)
+class UnitsWeighed:
+    """What the synthesizer weighed for one answer (`AskResult.weighed`): why it answered or abstained, and its
+    best-ranked units, best first, each a dict of ``rank``, ``item`` (the evidence's number), ``id``, ``cited`` (the
+    answer's ``[K]``, or None), ``score`` (what they were ranked by), ``support`` (what ``ABSTAIN_BELOW`` is checked
+    against), ``quoted`` and ``unit`` (its text).
+
+    >>> w = UnitsWeighed("best unit in item [1]", ({"rank": 1, "item": 1, "id": "a.md:L1-L2", "cited": 1,
+    ...                  "score": 1.5, "support": 1.1, "quoted": True, "unit": "Port: 8443"},), False)
+    >>> print(w._repr_markdown_())
+    **Answered:** best unit in item [1]
+    <BLANKLINE>
+    | rank | score | support | item | cited | quoted | unit |
+    |---:|---:|---:|---|---|---|---|
+    | 1 | 1.50 | 1.10 | [1] a.md:L1-L2 | [1] | yes | Port: 8443 |
+    """
+
+    why: str | None
+    units: tuple[Mapping[str, Any], ...]
+    abstained: bool
+
+    def _repr_markdown_(self) -> str:
+        if not self.units and self.why is None:
+            return "*The model said nothing about how it read the evidence.*"
+        head = f"**{'Abstained' if self.abstained else 'Answered'}:** {self.why or '(no reason given)'}"
+        rows = [f"| {u.get('rank', '')} | {u['score']:.2f} | {u['support']:.2f} | [{u['item']}] {u.get('id') or ''} "
+                f"| {'[' + str(u['cited']) + ']' if u.get('cited') else '—'} | {'yes' if u['quoted'] else ''} "
+                f"| {_cell(str(u['unit']))} |" for u in self.units]
+        table = ["| rank | score | support | item | cited | quoted | unit |", "|---:|---:|---:|---|---|---|---|", *rows]
+        return "\n".join([head, "", *table]) if rows else head
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 _SOURCE_LINE = re.compile(r"^(\[\d+\] \S.*)$", re.MULTILINE)

@@ -10,11 +10,22 @@ from crag_lab import CragConfig, ModelReply, build_graph
 from crag_lab.graph import initial_state
 from crag_lab.offline import OfflineModel
 from crag_lab.offline.reading import UnitReading, label_answers, read
-from crag_lab.offline.synthesizer import LABEL_BONUS, answer, answer_score, chitchat, respond, short_answer
+from crag_lab.offline.replies import chitchat
+from crag_lab.offline.synthesizer import (
+    ABSTAIN_BELOW,
+    LABEL_BONUS,
+    answer,
+    answer_score,
+    read_answer,
+    respond,
+    short_answer,
+)
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import Unit, question_terms
 from crag_lab.offline.vectors import VectorCache
+from crag_lab.offline.weighed import WEIGHED_UNITS
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
+from crag_lab.result import AskResult
 from crag_lab.testing import StaticTool
 
 GATEWAY = {"n": 1, "title": "api-gateway", "path": "services/api-gateway/README.md",
@@ -265,6 +276,42 @@ def test_the_answer_note_says_which_citation_each_item_became() -> None:
     assert [c["path"] for c in state["citations"]] == [ACQUIRERS["path"]] and "[1]" in state["answer"]
     [event] = [e for e in state["audit"] if e["event"] == "answer_read"]
     assert event["why"].startswith(f"the rules' best unit is in item [{n}] (cited as [1]) (support ")
+
+
+def test_the_trace_lists_the_units_weighed_with_their_scores_and_which_were_quoted(vectors: VectorCache) -> None:
+    question = "On which port does the api-gateway accept public TLS traffic?"
+    said = read_answer(question, [RUNBOOK, GATEWAY, TEAM], vectors)
+    assert (said.text, said.why) == respond(question, [RUNBOOK, GATEWAY, TEAM], vectors)
+    units = said.weighed
+    assert [u["rank"] for u in units] == list(range(1, WEIGHED_UNITS + 1))
+    assert [u["score"] for u in units] == sorted((u["score"] for u in units), reverse=True)
+    best = units[0]
+    assert best["quoted"] and best["item"] == 1 and "8443" in best["unit"]  # the quoted row heads the list
+    assert f"support {best['support']:.2f}" in str(said.why)  # the note's support is the listed unit's
+    assert not any(u["quoted"] for u in units[1:] if "8443" not in u["unit"])
+    # An abstention lists what it weighed too, none quoted, the best below the threshold it names.
+    weak = read_answer("How is the search service recovered after a disaster?", [TEAM], vectors)
+    assert weak.text == NO_EVIDENCE_ANSWER and weak.weighed and not any(u["quoted"] for u in weak.weighed)
+    assert weak.weighed[0]["support"] < ABSTAIN_BELOW and f"support {weak.weighed[0]['support']:.2f}" in str(weak.why)
+
+
+def test_the_graphs_trace_says_which_citation_each_weighed_unit_became() -> None:
+    rows = [{"text": item["text"], "path": item["path"], "line": 1, "line_end": 6, "score": s, "title": item["title"]}
+            for item, s in ((TEAM, 0.6), (ACQUIRERS, 0.5))]
+    config = CragConfig(routing=False, prefilter=False)
+    question = "Which acquirer is the default for Mastercard cards?"
+    state = build_graph(_GradesAllHigh(), [StaticTool("vector_search", rows)], config).invoke(
+        initial_state(question), {"recursion_limit": config.recursion_limit})
+    [event] = [e for e in state["audit"] if e["event"] == "answer_read"]
+    ids = {i["path"]: i["id"] for i in state["context"]}
+    quoted = [u for u in event["units"] if u["quoted"]]
+    assert quoted and all(u["id"] == ids[ACQUIRERS["path"]] and u["cited"] == 1 for u in quoted)
+    assert all(u["cited"] is None for u in event["units"] if u["id"] == ids[TEAM["path"]])
+    weighed = AskResult(question, "knowledge_base", state["answer"], state).weighed
+    assert not weighed.abstained and weighed.why == event["why"] and list(weighed.units) == event["units"]
+    table = weighed._repr_markdown_()
+    assert table.startswith("**Answered:** the rules' best unit is in item [2] (cited as [1])")
+    assert f"| 1 | {quoted[0]['score']:.2f} | {quoted[0]['support']:.2f} | [2] {ids[ACQUIRERS['path']]} | [1] | yes |" in table
 
 
 class _DropsMaestroEveryRound(_GradesFirstOnly):

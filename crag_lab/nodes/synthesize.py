@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crag_lab.citations import cited_as, finalize_answer, is_abstention, render_footer, render_stats
+from crag_lab.citations import cited_as, finalize_answer, is_abstention, render_footer, render_stats, weighed_as
 from crag_lab.nodes._deps import Deps, Node
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.prompts import CHITCHAT, NO_EVIDENCE_ANSWER, NORMAL, SYNTHESIZE, render_history, render_passage
@@ -66,11 +67,13 @@ def make_synthesize(deps: Deps) -> Node:
                           if action == "GENERATE" else "the model found no answer in the evidence")
                 log.log_audit("model_abstained", level="warning" if action == "GENERATE" else "info",
                               items=len(context), grader_action=action,
-                              reason=f"{reason}: {reply.note}" if reply.note else reason)
+                              reason=f"{reason}: {reply.note}" if reply.note else reason,
+                              **_weighed(reply.weighed, context, []))
             else:
                 body, cited = finalize_answer(reply.text, context)
                 if reply.note:  # how the model read the evidence (the offline synthesizer says; an LLM does not)
-                    log.log_audit("answer_read", why=cited_as(reply.note, context, cited))
+                    log.log_audit("answer_read", why=cited_as(reply.note, context, cited),
+                                  **_weighed(reply.weighed, context, cited))
                 if not cited:
                     cited = context
                     log.log_audit("uncited_answer", level="warning", listed=len(context))
@@ -82,3 +85,9 @@ def make_synthesize(deps: Deps) -> Node:
                 "citations": [dict(item) for item in cited]}
 
     return synthesize
+
+
+def _weighed(units: Sequence[Mapping[str, Any]], context: Sequence[Mapping[str, Any]],
+             cited: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``units`` payload of an answer's audit event (`citations.weighed_as`), or nothing when the model gave none."""
+    return {"units": weighed_as(units, context, cited)} if units else {}

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crag_lab.models import ModelReply, Task, count_tokens
-from crag_lab.offline import planner, router, synthesizer
+from crag_lab.offline import planner, replies, router, synthesizer
 from crag_lab.offline.router import check_router
 from crag_lab.offline.synthesizer import check_lead, check_reader
 from crag_lab.offline.vectors import STORE_FILE, VectorCache
@@ -197,8 +197,8 @@ class OfflineModel:
         return self._grader
 
     def complete(self, task: Task, prompt: str, inputs: Mapping[str, Any]) -> ModelReply:
-        text, note = self._answer(task, inputs)
-        return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note)
+        text, note, weighed = self._answer(task, inputs)
+        return ModelReply(text, count_tokens(prompt), count_tokens(text), note=note, weighed=weighed)
 
     def spelled(self, query: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         """``query`` with its misspelt words as the knowledge base spells them (`crag_lab.offline.spelling`), and
@@ -211,8 +211,9 @@ class OfflineModel:
             self._speller = of_knowledge_base(self._kb)
         return self._speller.correct(query)  # type: ignore[no-any-return]
 
-    def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None]:
-        """The reply's text and, from the synthesizer, why it abstained or how it read the evidence (`ModelReply.note`)."""
+    def _answer(self, task: Task, inputs: Mapping[str, Any]) -> tuple[str, str | None, tuple[dict[str, Any], ...]]:
+        """The reply's text and, from the synthesizer, why it abstained or how it read the evidence (`ModelReply.note`)
+        and the units it weighed (`ModelReply.weighed`)."""
         query, respelled = self.spelled(str(inputs.get("query", "")))
         if respelled:
             inputs = {**inputs, "query": query}
@@ -220,24 +221,25 @@ class OfflineModel:
             plan = router.analyze(query, available=inputs.get("available_tools", []),
                                   tried=inputs.get("tried_tools", []), retrying=bool(inputs.get("retrying")),
                                   vectors=self.vectors, router=self.router)
-            return json.dumps(plan, sort_keys=True), None
+            return json.dumps(plan, sort_keys=True), None, ()
         if task == "plan":
-            return json.dumps(planner.plan(inputs, self._seeded())), None
+            return json.dumps(planner.plan(inputs, self._seeded())), None, ()
         if task == "grade":
-            return json.dumps(self.grader.score_items(query, inputs.get("items", []))), None
+            return json.dumps(self.grader.score_items(query, inputs.get("items", []))), None, ()
         if task == "synthesize":
             kind = inputs.get("kind", "answer")
             if kind == "chitchat":
-                return synthesizer.chitchat(query), None
+                return replies.chitchat(query), None, ()
             if kind == "normal":
-                return synthesizer.NORMAL_ANSWER, None
-            text, note = synthesizer.respond(query, inputs.get("evidence", []), self._seeded(),
-                                             self.scorer if self.reader == "learned" else None,
-                                             self.spans if self.lead == "spans" else None, self.span_first,
-                                             seen=inputs.get("seen", ()), doubter=self.doubter if self.doubt else None,
-                                             complexity=inputs.get("complexity"))
+                return replies.NORMAL_ANSWER, None, ()
+            said = synthesizer.read_answer(query, inputs.get("evidence", []), self._seeded(),
+                                           self.scorer if self.reader == "learned" else None,
+                                           self.spans if self.lead == "spans" else None, self.span_first,
+                                           seen=inputs.get("seen", ()), doubter=self.doubter if self.doubt else None,
+                                           complexity=inputs.get("complexity"))
+            note = said.why
             if respelled:
                 read_as = ", ".join(f"{typed!r} as {kb_word!r}" for typed, kb_word in respelled)
                 note = f"read {read_as} (the knowledge base's spelling)" + (f"; {note}" if note else "")
-            return text, note
+            return said.text, note, said.weighed
         raise ValueError(f"unknown task {task!r}; tasks are analyze, plan, grade, synthesize")

@@ -54,6 +54,7 @@ from crag_lab.offline.units import (
     spans,
 )
 from crag_lab.offline.vectors import VectorCache
+from crag_lab.offline.weighed import Answered, weighed_units
 from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 READERS: tuple[str, ...] = get_args(OfflineReader)
@@ -123,6 +124,8 @@ class Choice:
     measure: str = "support"
     """What ``support`` is: the rules' ``"support"`` (against `ABSTAIN_BELOW`) or the learned scorer's
     ``"answer probability"`` (against its card's threshold, set on its training data)."""
+    ranked: tuple[tuple[float, UnitReading], ...] = ()
+    """The order it chose from, every unit with its score, best first (`weighed_units` shows the top of it)."""
 
     @property
     def abstains(self) -> bool:
@@ -228,10 +231,11 @@ def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) 
     if other_side is not None:
         chosen.append(other_side)
     unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
+    weighed = tuple(ordered)
     if learned is not None and (abstain_by or LEARNED_ABSTAINS_BY) == "scorer":
         return Choice(tuple(chosen), round(learned, 3), reading.ungrounded, unnegated,
-                      float(scorer.card.abstain_below), "answer probability")
-    return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated)
+                      float(scorer.card.abstain_below), "answer probability", weighed)
+    return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated, ranked=weighed)
 
 
 def parallel_fact(query: str, ordered: Sequence[tuple[float, UnitReading]],
@@ -405,9 +409,19 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
             scorer: Any = None, spans: Any = None, first_unit: bool = False,
             seen: Sequence[Mapping[str, object]] = (), doubter: Any = None,
             complexity: str | None = None) -> tuple[str, str | None]:
-    """The answer (`answer`) and why: for the abstention sentence, why it abstains (`why_abstained`, `doubt.doubted`);
-    for an answer, how it was read (the rules' best unit and its support; the span reader's best answer, its margin
-    against the gate and whether it was quoted first; where the bold lead came from). A learned ``scorer`` re-ranks.
+    """`read_answer`'s text and why, without the units it weighed."""
+    said = read_answer(query, evidence, cache, scorer, spans, first_unit, seen, doubter, complexity)
+    return said.text, said.why
+
+
+def read_answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache,
+                scorer: Any = None, spans: Any = None, first_unit: bool = False,
+                seen: Sequence[Mapping[str, object]] = (), doubter: Any = None,
+                complexity: str | None = None) -> Answered:
+    """The answer (`answer`), why, and the units weighed (`Answered`). Why: for the abstention sentence, why it
+    abstains (`why_abstained`, `doubt.doubted`); for an answer, how it was read (the rules' best unit and its
+    support; the span reader's best answer, its margin against the gate and whether it was quoted first; where the
+    bold lead came from). A learned ``scorer`` re-ranks.
 
     With a span reader (``spans``, `crag_lab.learned.SpanReader`) and ``first_unit``, the unit holding its confident
     best span over all the evidence is quoted first, before the rules' choice (`span_first`: about 12 ms an item on
@@ -419,10 +433,10 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     reading = read(query, evidence, cache, seen)
     choice = choose(reading, scorer)
     if choice.abstains:
-        return NO_EVIDENCE_ANSWER, why_abstained(choice)
+        return Answered(NO_EVIDENCE_ANSWER, why_abstained(choice), weighed_units(choice.ranked))
     if doubter is not None and doubt.applies(complexity, choice.units[0].unit.text) and (
             doubts := doubt.doubted(query, [(i.n, reader_passage(i)) for i in reading.items], doubter)):
-        return NO_EVIDENCE_ANSWER, doubts
+        return Answered(NO_EVIDENCE_ANSWER, doubts, weighed_units(choice.ranked))
     units = list(choice.units)
     first, said = span_first(reading, spans) if spans is not None and first_unit else (None, None)
     best = units[0]
@@ -445,7 +459,7 @@ def respond(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorC
     else:
         lead = short_answer(quotes[0], reading.kind, query)
         why.append("the bold lead is the one thing of the asked kind the quote holds" if lead else "no bold lead")
-    return (f"**{lead}** — {body}" if lead else body), "; ".join(why)
+    return Answered(f"**{lead}** — {body}" if lead else body, "; ".join(why), weighed_units(choice.ranked, units))
 
 
 def answer(query: str, evidence: Sequence[Mapping[str, object]], cache: VectorCache) -> str:
@@ -469,32 +483,3 @@ def why_abstained(choice: Choice) -> str:
                 f"probability {choice.support:.2f}, below its threshold {choice.abstain_below}")
     return (f"its best-matching unit ({quoted!r}, item [{best.n}]) has support {choice.support:.2f}, "
             f"below ABSTAIN_BELOW {ABSTAIN_BELOW}")
-
-
-_REPLIES = (
-    (re.compile(r"\b(thank|thanks|thx|cheers|appreciate)", re.I),
-     "You're welcome! Ask me anything about the knowledge base."),
-    (re.compile(r"\b(sorry|apolog|my bad|oops|my mistake)", re.I), "No problem at all. What would you like to know?"),
-    (re.compile(r"\b(bye|goodbye|see you|see ya|have a|good night|talk later|later)\b", re.I),
-     "Goodbye! Come back with more questions any time."),
-    (re.compile(r"\b(who|what) are you\b|\bwhat (can|do) you do\b|\bare you\b|\bhelp\b", re.I),
-     "I'm an offline corrective-RAG assistant: I search the knowledge base, grade what I find, and answer "
-     "with citations to the files and lines I used."),
-    (re.compile(r"\bjoke\b", re.I), "Why did the index go to therapy? Too many unresolved references."),
-    (re.compile(r"\b(speak|talk|understand)\b", re.I),
-     "I answer in English, from the knowledge base; ask me about anything it covers."),
-)
-
-
-def chitchat(query: str) -> str:
-    """A short conversational reply, no citations."""
-    for pattern, reply in _REPLIES:
-        if pattern.search(query):
-            return reply
-    return "Hello! Ask me a question about the knowledge base and I'll find the answer with sources."
-
-
-NORMAL_ANSWER = (
-    "The offline model has no knowledge of its own beyond the knowledge base; "
-    'ask with mode="knowledge_base" to search it.'
-)
