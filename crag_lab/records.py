@@ -174,12 +174,22 @@ class CitationRecord(TypedDict):
     tool: str | None
 
 
+class AnswerReading(TypedDict):
+    """How the model read the evidence for its answer, when it says (the offline synthesizer does; an LLM does not):
+    whether it abstained, why, and the units it weighed (`crag_lab.offline.weighed.Answered`, with the citation each
+    unit's item became: `crag_lab.citations.weighed_as`)."""
+
+    abstained: bool
+    why: str | None
+    units: list[dict[str, Any]]
+
+
 class QueryRecord(TypedDict):
     """One question's recorded run: one line of an experiment file.
 
     ``labels`` are the query set's own fields (``gold``, ``answers``, ...; see `query_rows`);
     ``node_ms`` is ``[node, milliseconds]`` per node step; ``audit_events`` counts the audit events
-    by name.
+    by name; ``read`` is how the model read the evidence, when it said (recordings made before 2026-12-02 lack it).
     """
 
     id: str
@@ -197,6 +207,7 @@ class QueryRecord(TypedDict):
     answer: str
     citations: list[CitationRecord]
     audit_events: dict[str, int]
+    read: NotRequired[AnswerReading]
 
 
 class QueryRow(TypedDict):

@@ -92,7 +92,7 @@ class AskResult:
     def to_record(self, query_id: str = "", *, labels: Mapping[str, Any] | None = None) -> QueryRecord:
         """This run as the JSON-ready record `Lab.run` keeps and `Experiment.save` writes."""
         state = self.state
-        return {
+        record: QueryRecord = {
             "id": query_id,
             "query": self.query,
             "labels": dict(labels or {}),
@@ -109,6 +109,10 @@ class AskResult:
             "citations": [_citation(c) for c in state.get("citations", [])],
             "audit_events": Counter(e["event"] for e in state.get("audit", [])),
         }
+        weighed = self.weighed
+        if weighed.why is not None or weighed.units:
+            record["read"] = {"abstained": weighed.abstained, "why": weighed.why, "units": [dict(u) for u in weighed.units]}
+        return record
 
     def _repr_markdown_(self) -> str:
         """The answer as Markdown in a notebook: the question, the answer, its sources as a list, the stats, the path."""

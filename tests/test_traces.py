@@ -396,3 +396,29 @@ def test_without_the_sdk_the_error_says_what_to_install(monkeypatch: pytest.Monk
     with pytest.raises(TracingUnavailableError):
         Lab([], llm=ScriptedLLM({}), tracer_provider=TracerProvider())
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_the_synthesize_span_says_how_the_offline_model_read_the_evidence(tmp_path: Path) -> None:
+    """The offline synthesizer's reason and the units it weighed reach the recording and the synthesize span."""
+    from crag_lab.offline import OfflineModel
+
+    rows = [{"text": "# api-gateway\n\n| Field | Value |\n|---|---|\n| Public TLS port | 8443 |\n| Admin port | 9000 |",
+             "path": "gateway.md", "line": 1, "line_end": 6, "score": 0.7, "title": "api-gateway"},
+            {"text": "# Teams\n\nPayments Core is led by Tiago Mendes.", "path": "teams.md", "line": 1, "line_end": 3,
+             "score": 0.4, "title": "Teams"}]
+    lab = Lab([StaticTool("vector_search", rows)], llm=OfflineModel(), config=CragConfig(model_retries=0))
+    exp = lab.run([{"id": "q1", "question": "Which port does the api-gateway use for public TLS traffic?"}])
+    read = exp.records[0]["read"]
+    assert not read["abstained"] and str(read["why"]).startswith("the rules' best unit is in item [1] (cited as [1])")
+    assert read["units"][0]["quoted"] and "8443" in read["units"][0]["unit"] and read["units"][0]["cited"] == 1
+    exp.save(tmp_path / "run.jsonl")
+    spans = exported(Experiment.load(tmp_path / "run.jsonl"))
+    (synth,) = [dict(s.attributes or {}) for s in spans if s.name == "synthesize"]
+    assert synth["crag.answer.why"] == read["why"] and synth["crag.answer.abstained"] is False
+    assert synth["crag.answer.units.0.id"] == "gateway.md:L1-L6" and synth["crag.answer.units.0.quoted"] is True
+    assert synth["crag.answer.units.0.score"] == read["units"][0]["score"]
+    assert len({k.split(".")[3] for k in synth if k.startswith("crag.answer.units.")}) == len(read["units"])
+    # A model that does not say how it read (the scripted one) leaves them out.
+    plain = exported(scripted_lab().run([{"id": "q1", "question": "Which port does the gateway use?"}]))
+    (synth,) = [dict(s.attributes or {}) for s in plain if s.name == "synthesize"]
+    assert not any(k.startswith("crag.answer.") for k in synth)

@@ -221,6 +221,11 @@ class _Writer:
                           A.OUTPUT_MIME_TYPE: "application/json"})
         elif node == "synthesize":
             attrs[A.OUTPUT_VALUE] = rec.get("answer")
+            read = rec.get("read")
+            if read:  # how the offline synthesizer read the evidence: why, and each weighed unit's scores
+                attrs.update({"crag.answer.abstained": read.get("abstained"), "crag.answer.why": read.get("why")})
+                for k, unit in enumerate(read.get("units") or []):
+                    attrs.update({f"crag.answer.units.{k}.{key}": value for key, value in unit.items()})
         elif node == "grade_evidence" and rnd is not None:
             attrs.update(self._decision(rnd))
         return attrs
