@@ -6,6 +6,7 @@ Its `AskResult.to_record` is the `crag_lab.records.QueryRecord` that `Lab.run` r
 
 from __future__ import annotations
 
+import html
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -130,7 +131,7 @@ class UnitsWeighed:
 
     >>> w = UnitsWeighed("best unit in item [1]", ({"rank": 1, "item": 1, "id": "a.md:L1-L2", "cited": 1,
     ...                  "score": 1.5, "support": 1.1, "quoted": True, "unit": "Port: 8443"},), False)
-    >>> print(w._repr_markdown_())
+    >>> print(w.to_markdown())
     **Answered:** best unit in item [1]
     <BLANKLINE>
     | rank | score | support | item | cited | quoted | unit |
@@ -142,19 +143,46 @@ class UnitsWeighed:
     units: tuple[Mapping[str, Any], ...]
     abstained: bool
 
-    def _repr_markdown_(self) -> str:
+    def to_markdown(self) -> str:
+        """The reason, then the units as a Markdown table (for a README, a log or a terminal)."""
         if not self.units and self.why is None:
-            return "*The model said nothing about how it read the evidence.*"
-        head = f"**{'Abstained' if self.abstained else 'Answered'}:** {self.why or '(no reason given)'}"
-        rows = [f"| {u.get('rank', '')} | {u['score']:.2f} | {u['support']:.2f} | [{u['item']}] {u.get('id') or ''} "
-                f"| {'[' + str(u['cited']) + ']' if u.get('cited') else '—'} | {'yes' if u['quoted'] else ''} "
-                f"| {_cell(str(u['unit']))} |" for u in self.units]
+            return f"*{_SAID_NOTHING}*"
+        rows = [f"| {u.get('rank', '')} | {u['score']:.2f} | {u['support']:.2f} | {_item(u)} | {_cited(u)} "
+                f"| {'yes' if u['quoted'] else ''} | {_cell(str(u['unit']))} |" for u in self.units]
         table = ["| rank | score | support | item | cited | quoted | unit |", "|---:|---:|---:|---|---|---|---|", *rows]
-        return "\n".join([head, "", *table]) if rows else head
+        return "\n".join([f"**{self._verdict()}:** {self.why or '(no reason given)'}", "", *table]) if rows else \
+            f"**{self._verdict()}:** {self.why or '(no reason given)'}"
+
+    def _repr_html_(self) -> str:
+        """The reason, then the units in a table that scrolls sideways inside a narrow output area (`crag_lab.tables`)."""
+        from crag_lab.tables import scroll_table
+
+        if not self.units and self.why is None:
+            return f"<p><i>{html.escape(_SAID_NOTHING)}</i></p>"
+        head = f"<p><b>{self._verdict()}:</b> {html.escape(self.why or '(no reason given)', quote=False)}</p>"
+        if not self.units:
+            return head
+        rows = [{"rank": u.get("rank"), "score": u["score"], "support": u["support"], "item": _item(u), "cited": _cited(u),
+                 "quoted": "yes" if u["quoted"] else "", "unit": str(u["unit"])} for u in self.units]
+        return head + scroll_table(rows, digits=2, index=False)._repr_html_()
+
+    def _verdict(self) -> str:
+        return "Abstained" if self.abstained else "Answered"
+
+
+_SAID_NOTHING = "The model said nothing about how it read the evidence."
+
+
+def _item(unit: Mapping[str, Any]) -> str:
+    return f"[{unit['item']}] {unit.get('id') or ''}".rstrip()
+
+
+def _cited(unit: Mapping[str, Any]) -> str:
+    return f"[{unit['cited']}]" if unit.get("cited") else "—"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 _SOURCE_LINE = re.compile(r"^(\[\d+\] \S.*)$", re.MULTILINE)

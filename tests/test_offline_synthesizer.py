@@ -309,9 +309,12 @@ def test_the_graphs_trace_says_which_citation_each_weighed_unit_became() -> None
     assert all(u["cited"] is None for u in event["units"] if u["id"] == ids[TEAM["path"]])
     weighed = AskResult(question, "knowledge_base", state["answer"], state).weighed
     assert not weighed.abstained and weighed.why == event["why"] and list(weighed.units) == event["units"]
-    table = weighed._repr_markdown_()
+    table = weighed.to_markdown()
     assert table.startswith("**Answered:** the rules' best unit is in item [2] (cited as [1])")
     assert f"| 1 | {quoted[0]['score']:.2f} | {quoted[0]['support']:.2f} | [2] {ids[ACQUIRERS['path']]} | [1] | yes |" in table
+    shown = weighed._repr_html_()  # in a notebook: the same rows, in a box that scrolls instead of widening the page
+    assert shown.startswith("<p><b>Answered:</b> the rules' best unit is in item [2]") and 'class="crag-scroll"' in shown
+    assert shown.count("</tr>") == len(weighed.units) + 1 and ids[ACQUIRERS["path"]] in shown
 
 
 class _DropsMaestroEveryRound(_GradesFirstOnly):

@@ -16,8 +16,6 @@ from crag_lab.offline.reading import UnitReading, unit_support
 WEIGHED_UNITS = 5
 """How many of the best-ranked units the trace lists with their scores (`Answered.weighed`): the runners-up show how
 close the choice was."""
-UNIT_CHARS = 120
-"""A weighed unit's text in the trace is cut to this many characters."""
 
 
 @dataclass(frozen=True)
@@ -26,10 +24,10 @@ class Answered:
 
     ``weighed`` lists the `WEIGHED_UNITS` best-ranked units of the evidence, best first, as plain dicts for the
     audit trail, and after them any quoted unit ranked lower (the span reader's can be): ``rank`` (1 = best),
-    ``item`` (the evidence's number, as the prompt numbered it), ``unit`` (its text, cut to
-    `UNIT_CHARS`), ``score`` (the rank it was chosen by: `answer_score`, plus the learned scorer's share with
-    the learned reader), ``support`` (`unit_support`, what `ABSTAIN_BELOW` is checked against) and ``quoted``
-    (whether the answer quotes it; never for an abstention).
+    ``item`` (the evidence's number, as the prompt numbered it), ``unit`` (its whole text, as quoted),
+    ``score`` (what it was ranked by: `answer_score`, plus the learned scorer's share with the learned reader),
+    ``support`` (`unit_support`, what `ABSTAIN_BELOW` is checked against) and ``quoted`` (whether the answer
+    quotes it; never for an abstention).
     """
 
     text: str
@@ -43,12 +41,8 @@ def weighed_units(ranked: Sequence[tuple[float, UnitReading]],
     scores, best first): its best `WEIGHED_UNITS` units, any ``quoted`` one ranked below them too, and which are
     quoted."""
     said = {(u.unit.n, u.unit.text) for u in quoted}
-    return tuple({"rank": rank, "item": u.unit.n, "unit": _cut(u.unit.text), "score": round(score, 3),
+    return tuple({"rank": rank, "item": u.unit.n, "unit": u.unit.text, "score": round(score, 3),
                   "support": round(unit_support(u), 3), "quoted": (u.unit.n, u.unit.text) in said}
                  for rank, (score, u) in enumerate(ranked, 1)
                  if rank <= WEIGHED_UNITS or (u.unit.n, u.unit.text) in said)
 
-
-def _cut(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= UNIT_CHARS else flat[:UNIT_CHARS - 1].rstrip() + "…"
