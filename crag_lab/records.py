@@ -174,6 +174,22 @@ class CitationRecord(TypedDict):
     tool: str | None
 
 
+class WeighedUnit(TypedDict):
+    """One unit the offline synthesizer weighed (`crag_lab.offline.weighed.Answered`): its ``rank`` (1 = best), the
+    ``score`` it was ranked by, its ``support`` (what ``ABSTAIN_BELOW`` is checked against), its ``item`` (the
+    evidence's number) and that item's ``id``, the answer's citation of it (``cited``: ``[K]``'s K, or None),
+    whether the answer quotes it and its text."""
+
+    rank: int
+    item: int
+    unit: str
+    score: float
+    support: float
+    quoted: bool
+    id: str | None
+    cited: int | None
+
+
 class AnswerReading(TypedDict):
     """How the model read the evidence for its answer, when it says (the offline synthesizer does; an LLM does not):
     whether it abstained, why, and the units it weighed (`crag_lab.offline.weighed.Answered`, with the citation each
@@ -181,7 +197,7 @@ class AnswerReading(TypedDict):
 
     abstained: bool
     why: str | None
-    units: list[dict[str, Any]]
+    units: list[WeighedUnit]
 
 
 class QueryRecord(TypedDict):
@@ -424,6 +440,7 @@ def _json_object(line: bytes) -> dict[str, Any]:
 __all__ = [
     "NODE_NAMES",
     "Action",
+    "AnswerReading",
     "CitationRecord",
     "Complexity",
     "GradeSource",
@@ -440,6 +457,7 @@ __all__ = [
     "ShadowGrades",
     "ToolCall",
     "UsageRecord",
+    "WeighedUnit",
     "check_unique_ids",
     "read_records",
     "round_grades",

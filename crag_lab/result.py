@@ -11,9 +11,18 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from crag_lab.records import CitationRecord, Mode, QueryRecord, Route, UsageRecord, run_route, usage_tokens
+from crag_lab.records import (
+    CitationRecord,
+    Mode,
+    QueryRecord,
+    Route,
+    UsageRecord,
+    WeighedUnit,
+    run_route,
+    usage_tokens,
+)
 from crag_lab.state import AgentState, EvidenceItem
 
 
@@ -112,7 +121,8 @@ class AskResult:
         }
         weighed = self.weighed
         if weighed.why is not None or weighed.units:
-            record["read"] = {"abstained": weighed.abstained, "why": weighed.why, "units": [dict(u) for u in weighed.units]}
+            record["read"] = {"abstained": weighed.abstained, "why": weighed.why,
+                              "units": [cast(WeighedUnit, dict(u)) for u in weighed.units]}
         return record
 
     def _repr_markdown_(self) -> str:

@@ -17,6 +17,7 @@ from crag_lab.decisions import AfterAnalyze, AfterGrade, AfterTools
 from crag_lab.eval import Evaluation, load_dataset
 from crag_lab.records import (
     NODE_NAMES,
+    AnswerReading,
     CitationRecord,
     ItemRecord,
     QueryRecord,
@@ -24,6 +25,7 @@ from crag_lab.records import (
     RoundThresholds,
     ShadowGrades,
     UsageRecord,
+    WeighedUnit,
     round_grades,
     run_route,
     usage_tokens,
@@ -43,8 +45,12 @@ def keys(td: type) -> set[str]:
 
 
 def assert_shaped(record: QueryRecord) -> None:
-    """Every key written is declared by the types, and every declared key is written."""
-    assert set(record) == keys(QueryRecord)
+    """Every key written is declared by the types, and every declared key is written ("read" only from a model that
+    says how it read the evidence: the offline one)."""
+    assert set(record) - {"read"} == keys(QueryRecord) - {"read"}
+    if "read" in record:
+        assert set(record["read"]) == keys(AnswerReading) and record["read"]["units"]
+        assert all(set(unit) == keys(WeighedUnit) for unit in record["read"]["units"])
     for usage in record["usage"]:  # "cached" only where the response cache answered (crag_lab/cache.py)
         assert set(usage) - {"cached"} == keys(UsageRecord) - {"cached"}
         assert usage.get("cached", True) is True
@@ -117,6 +123,24 @@ def assert_includes(actual: Any, expected: Any, where: str = "") -> None:
             assert_includes(a, e, f"{where}[{n}]")
     else:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
+def test_the_offline_models_reading_is_recorded_in_the_declared_shape(tmp_path: Path) -> None:
+    from crag_lab.offline import OfflineModel
+
+    rows = [{"text": "# api-gateway\n\n| Field | Value |\n|---|---|\n| Public TLS port | 8443 |", "path": "gateway.md",
+             "line": 1, "line_end": 5, "score": 0.7, "title": "api-gateway"}]
+    lab = Lab([StaticTool("vector_search", rows)], llm=OfflineModel(), config=CragConfig(model_retries=0))
+    exp = lab.run([{"id": "q1", "question": "Which port does the api-gateway use for public TLS traffic?"},
+                   {"id": "q2", "question": "Who approves a rate-limit override for the billing team?"},
+                   {"id": "q3", "question": "Hi there!"}])
+    for record in exp:
+        assert_shaped(record)
+    answered, withheld, chat = exp.records
+    assert answered["read"]["abstained"] is False and answered["read"]["units"][0]["quoted"]
+    assert withheld["read"]["abstained"] is True and not any(u["quoted"] for u in withheld["read"]["units"])
+    assert "read" not in chat  # small talk reads no evidence
+    assert Experiment.load(exp.save(tmp_path / "exp.jsonl")).records == json.loads(json.dumps(exp.records))
 
 
 def test_a_new_recording_has_the_declared_shape_and_survives_save_and_load(tmp_path: Path) -> None:
