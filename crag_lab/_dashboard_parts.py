@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from crag_lab.config import CragConfig
 from crag_lab.parsing import strip_stats_blocks
 from crag_lab.records import QueryRecord
-from crag_lab.result import AskResult
+from crag_lab.result import AskResult, UnitsWeighed
 
 if TYPE_CHECKING:
     from crag_lab.replay import QueryReplay
@@ -152,8 +152,16 @@ def _trace_html(record: QueryRecord, replayed: QueryReplay) -> str:
         f"<small>recorded path: {esc(' → '.join(record.get('path', [])))}</small><br>"
         f"outcome: {esc(replayed.recorded_outcome)} ⇒ <b>{esc(replayed.outcome)}</b>{note}"
         f"{rounds}<details><summary>recorded answer</summary><pre style='white-space:pre-wrap'>{answer}</pre>"
-        "</details></div>"
+        f"{_reading_html(record)}</details></div>"
     )
+
+
+def _reading_html(record: QueryRecord) -> str:
+    """How the recorded answer read its evidence (the offline model says: `AskResult.weighed`), or nothing."""
+    read = record.get("read")
+    if not read:
+        return ""
+    return UnitsWeighed(read["why"], tuple(read["units"]), read["abstained"])._repr_html_()
 
 
 def _rerun_html(result: AskResult, config: CragConfig) -> str:
@@ -162,5 +170,13 @@ def _rerun_html(result: AskResult, config: CragConfig) -> str:
         f"<div style='border-left:3px solid #2563eb;padding-left:6px'><b>Re-run</b> at "
         f"<code>{esc(_fmt_thresholds(config))}</code>: route <b>{esc(result.route)}</b>, "
         f"{result.llm_calls} model calls, {result.tokens} tokens<br><small>path: {esc(' → '.join(result.path))}</small>"
-        f"<pre style='white-space:pre-wrap'>{esc(strip_stats_blocks(result.answer))}</pre></div>"
+        f"<pre style='white-space:pre-wrap'>{esc(strip_stats_blocks(result.answer))}</pre>"
+        f"{_weighed_details(result)}</div>"
     )
+
+
+def _weighed_details(result: AskResult) -> str:
+    weighed = result.weighed
+    if weighed.why is None and not weighed.units:
+        return ""
+    return f"<details><summary>how it read the evidence</summary>{weighed._repr_html_()}</details>"

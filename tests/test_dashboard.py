@@ -158,3 +158,27 @@ def test_counter_intuitive_numbers_get_one_sentence_each() -> None:
     # Nothing surprising: no sentence.
     assert surprises({"calls_delta": -2, "tokens_delta": -500}, {"GENERATE": 4}, {"GENERATE": 5}, higher, base) == []
     assert surprises({"calls_delta": 1, "tokens_delta": 300}, {"GENERATE": 6}, {"GENERATE": 5}, base, base) == []
+
+
+def test_the_trace_and_the_rerun_show_how_the_offline_model_read_the_evidence() -> None:
+    from crag_lab import CragConfig, Lab
+    from crag_lab.offline import OfflineModel
+    from crag_lab.testing import StaticTool
+
+    rows = [{"text": "# api-gateway\n\n| Field | Value |\n|---|---|\n| Public TLS port | 8443 |\n| Admin port | 9000 |",
+             "path": "gateway.md", "line": 1, "line_end": 6, "score": 0.7, "title": "api-gateway"}]
+    lab = Lab([StaticTool("vector_search", rows)], llm=OfflineModel(), config=CragConfig(model_retries=0))
+    exp = lab.run([{"id": "p1", "question": "Which port does the api-gateway use for public TLS traffic?"}])
+    dash = lab.dashboard(exp)
+    dash.select("p1")
+    read = exp.records[0]["read"]
+    assert read["units"][0]["unit"] in dash.trace.value and "crag-scroll" in dash.trace.value
+    assert "<b>Answered:</b> the rules' best unit is in item [1]" in dash.trace.value
+    dash.rerun_button.click()
+    assert dash.last_rerun is not None and "how it read the evidence" in dash.rerun_result.value
+    assert read["units"][0]["unit"] in dash.rerun_result.value
+    # A recording without the reading (a scripted model's) shows none.
+    scripted, _ = mixed_experiment()
+    plain = Dashboard(None, scripted)
+    plain.select(scripted.records[0]["id"])
+    assert "crag-scroll" not in plain.trace.value and "Answered:" not in plain.trace.value
