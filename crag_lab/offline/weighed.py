@@ -24,10 +24,11 @@ class Answered:
 
     ``weighed`` lists the `WEIGHED_UNITS` best-ranked units of the evidence, best first, as plain dicts for the
     audit trail, and after them any quoted unit ranked lower (the span reader's can be): ``rank`` (1 = best),
-    ``item`` (the evidence's number, as the prompt numbered it), ``unit`` (its whole text, as quoted),
-    ``score`` (what it was ranked by: `answer_score`, plus the learned scorer's share with the learned reader),
-    ``support`` (`unit_support`, what `ABSTAIN_BELOW` is checked against) and ``quoted`` (whether the answer
-    quotes it; never for an abstention).
+    ``item`` (the evidence's number, as the prompt numbered it), ``unit`` (its whole text; a quote may cut a wide
+    row to the pairs that answer), ``score`` (what it was ranked by: `answer_score`, plus the learned scorer's
+    share with the learned reader), ``support`` (`unit_support`, what `ABSTAIN_BELOW` is checked against; the
+    learned reader's opt-in scorer abstention checks its probability instead, as the reason says) and ``quoted``
+    (whether the answer quotes it; never for an abstention).
     """
 
     text: str
