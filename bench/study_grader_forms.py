@@ -1,4 +1,4 @@
-"""Would another form of the offline grader calibrate better? Six tried beside the one that ships.
+"""Would another form of the offline grader calibrate better? Eight tried beside the one that ships.
 
 The shipped grader (``bench/fit_grader.py``) is a logistic regression on nine features, fitted at even
 odds on four training domains. Its out-of-fold ECE misses 0.05 on ``squad`` and ``multihop``, and its
@@ -16,7 +16,12 @@ domains; held-out domains measured with the model fitted on all of them):
 - ``scorer reads 8 units``: the scorer's best over an item's 8 best-supported units instead of its
   `grader.SCORER_UNITS` (4): a gold unit the offline reading ranks fifth is never read today;
 - ``+ scorer's second-best unit`` and ``+ scorer's mean over units``: more of the scorer's reading of the
-  item than its best unit (over the same 8 units): an item whose several units answer may be surer.
+  item than its best unit (over the same 8 units): an item whose several units answer may be surer;
+- ``+ route``: the learned router's probability that the question is complex rather than simple
+  (`router.learned_route`, what the graph routes by; the grader could read it from the question alone):
+  a multi-hop question's items answer it in part, so the same features may mean less there;
+- ``+ route interactions``: that probability, and it times each of the nine features: a grader per route,
+  blended by how sure the router is.
 
 A form would be worth shipping if it calibrated the fitted domains better out of fold at the same
 AUROC; the held-out columns are shown, not used to choose. Nothing here ships.
@@ -92,12 +97,25 @@ def unit_probabilities(groups: Sequence[dict[str, Any]], cache: VectorCache, sco
     return np.vstack(rows)
 
 
+def complex_odds(groups: Sequence[dict[str, Any]], cache: VectorCache) -> np.ndarray:
+    """For every item of every group, in `fit_grader.extract`'s order: the learned router's probability that
+    the item's question is complex rather than simple (`router.learned_route`; what the graph routes by)."""
+    from crag_lab.offline.router import learned_route
+
+    out = []
+    for group in groups:
+        probs = learned_route(group["query"], cache).probabilities
+        out += [probs["complex"] / max(probs["complex"] + probs["simple"], 1e-9)] * len(group["items"])
+    return np.asarray(out, dtype=np.float64)
+
+
 def _logit(p: np.ndarray) -> np.ndarray:
     p = np.clip(p, P_FLOOR, 1 - P_FLOOR)
     return np.asarray(np.log(p / (1 - p)))
 
 
-def forms(x: np.ndarray, margins: np.ndarray, probs: np.ndarray, fitted: np.ndarray) -> dict[str, np.ndarray]:
+def forms(x: np.ndarray, margins: np.ndarray, probs: np.ndarray, fitted: np.ndarray,
+          complexity: np.ndarray) -> dict[str, np.ndarray]:
     """The feature matrices of every form, shipped first."""
     sc = fg.COLUMNS.index(fg.SCORER_FEATURE)
     logit = x[:, sc:sc + 1]
@@ -113,7 +131,9 @@ def forms(x: np.ndarray, margins: np.ndarray, probs: np.ndarray, fitted: np.ndar
             "+ span margin": np.hstack([x, span, np.maximum(span, 0.0)]),
             f"scorer reads {WIDE_UNITS} units (ships {SCORER_UNITS})": wide,
             "… + scorer's second-best unit": np.hstack([wide, _logit(ranked[:, 1:2])]),
-            "… + scorer's mean over units": np.hstack([wide, mean[:, None]])}
+            "… + scorer's mean over units": np.hstack([wide, mean[:, None]]),
+            "+ route": np.hstack([x, complexity[:, None]]),
+            "+ route interactions": np.hstack([x, complexity[:, None], complexity[:, None] * x])}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fitted = np.isin(d, fg.FITTED)
     probs = unit_probabilities(groups, cache, cached)
     results = {}
-    for name, matrix in forms(x, span_margins(groups, cache), probs, fitted).items():
+    for name, matrix in forms(x, span_margins(groups, cache), probs, fitted, complex_odds(groups, cache)).items():
         log(f"fitting {name}")
         reports, _ = fg.measure(matrix, y, q, d)
         results[name] = {dom: {"how": r["how"], "auroc": r["auroc"], "ece": r["ece_even_odds"]} for dom, r in reports.items()}
