@@ -211,6 +211,19 @@ def answerability() -> dict[str, str]:
                            f"{100 * cut['false_abstention']:.0f} %"), strict=True))
 
 
+def abstention_table(runs: Mapping[str, Mapping[str, Any] | None]) -> str:
+    """Why `knowledge_base` abstained, per run in ``runs`` (name: its JSON): unanswerable / answerable counts."""
+    here = {name: run["modes"]["knowledge_base"]["abstentions"] for name, run in runs.items()
+            if run is not None and "abstentions" in run["modes"].get("knowledge_base", {})}
+    causes = [c for c in next(iter(here.values()), {})
+              if any(why[c]["unanswerable"] + why[c]["answerable"] for why in here.values())]
+    rows = [[cause, *(f"{why[cause]['unanswerable']} / {why[cause]['answerable']}" for why in here.values())]
+            for cause in causes]
+    totals = ["all", *(f"{sum(v['unanswerable'] for v in why.values())} / {sum(v['answerable'] for v in why.values())}"
+                       for why in here.values())]
+    return table(["cause", *here], [*rows, totals]) if here else "(no run records its abstentions: run `make eval`)"
+
+
 def render() -> str:
     kb = load("kb_queries")
     if kb is None:
@@ -241,6 +254,7 @@ def render() -> str:
         loss=loss,
         lost_in_synthesizer=kb_loss["abstained"] + kb_loss["not_cited"] + kb_loss["not_quoted"],
         public_sets=public,
+        abstention_table=abstention_table({"tuning": kb, "test": test, "HotpotQA": hotpot, "SQuAD 2.0": squad}),
         containment_miss=points_short(overall["answer_containment"], 0.80),
         **answerability(),
         citation_miss=points_short(overall["citation_precision"], 0.90),

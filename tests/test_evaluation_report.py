@@ -113,3 +113,20 @@ def test_grader_rows_give_the_interval_where_the_calibration_records_one(script:
     assert ["grader ECE at even odds, kb (out of fold)", "≤ 0.05", "0.061 (0.050–0.102)", "missed, 0.011 over"] in rows
     assert ["grader ECE at even odds, hotpotqa (held out)", "≤ 0.05", "0.043", "met"] in rows  # none recorded: none shown
     assert not [r for r in rows if "pooled" in r[0]]
+
+
+def test_why_the_agent_abstains_sets_the_runs_side_by_side_with_totals(script: ModuleType, tmp_path: Path) -> None:
+    kb = _result(0.75, dict.fromkeys(LOSS_STAGES, 2))
+    zero = {"unanswerable": 0, "answerable": 0, "other": 0}
+    kb["modes"]["knowledge_base"] = dict(kb["modes"]["knowledge_base"], abstentions={
+        "no_evidence": zero, "names": {"unanswerable": 3, "answerable": 1, "other": 0},
+        "negation": zero, "weak_best_unit": {"unanswerable": 2, "answerable": 4, "other": 1}})
+    (tmp_path / "evaluation.json").write_text(json.dumps(kb), encoding="utf-8")
+    text = script.render()
+    section = text.split("## Why the agent abstains")[1].split("\n## ")[0]
+    # one column per run that recorded its abstentions; causes no run had are left out; chitchat ("other") is not counted
+    assert "| cause | tuning |" in section and "| names | 3 / 1 |" in section and "| weak_best_unit | 2 / 4 |" in section
+    assert "| all | 5 / 5 |" in section and "| negation |" not in section and "| no_evidence |" not in section
+    # a run from before the abstentions were recorded says so instead of inventing a table
+    (tmp_path / "evaluation.json").write_text(json.dumps(_result(0.75, dict.fromkeys(LOSS_STAGES, 2))), encoding="utf-8")
+    assert "no run records its abstentions: run `make eval`" in script.render()

@@ -412,6 +412,37 @@ def loss_stage(*, contained: bool | None, abstained: bool, retrieved_gold: bool,
     return "not_quoted" if cited_gold else "not_cited"
 
 
+ABSTAIN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("names", "which no evidence item holds"),
+    ("nothing_to_quote", "no evidence item has a sentence, row or line to quote"),
+    ("negation", "the question asks what is not so"),
+    ("doubt_reader", "the doubt reader finds no answer"),
+    ("scorer_probability", "the learned scorer gives its best-matching unit"),
+    ("weak_best_unit", "below ABSTAIN_BELOW"),
+)
+"""Why the offline synthesizer abstained, as a code and the phrase of its reason that says so
+(`crag_lab.offline.synthesizer.why_abstained`, `crag_lab.offline.doubt.doubted`), checked in this order."""
+
+ABSTAIN_CAUSE_ORDER = ("no_evidence", *(code for code, _ in ABSTAIN_CAUSES), "unexplained")
+"""Every cause `abstain_cause` returns: ``no_evidence`` when no item reached the synthesizer (nothing
+retrieved, or the grader dropped every item), ``unexplained`` when the model abstained without saying why
+(an LLM does not)."""
+
+
+def abstain_cause(*, no_evidence: bool, reason: str | None) -> str:
+    """The code (`ABSTAIN_CAUSE_ORDER`) of why a run abstained, from its record: whether the synthesizer had
+    no evidence, else the reason the offline synthesizer gave (the ``read`` record's ``why``).
+
+    >>> abstain_cause(no_evidence=False, reason="its best unit has support 0.41, below ABSTAIN_BELOW 0.8")
+    'weak_best_unit'
+    >>> abstain_cause(no_evidence=True, reason=None), abstain_cause(no_evidence=False, reason=None)
+    ('no_evidence', 'unexplained')
+    """
+    if no_evidence:
+        return "no_evidence"
+    return next((code for code, phrase in ABSTAIN_CAUSES if reason and phrase in reason), "unexplained")
+
+
 # ---- aggregation helpers ----------------------------------------------------------------------------
 
 

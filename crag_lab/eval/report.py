@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from crag_lab.eval.datasets import EvalSet
-from crag_lab.eval.metrics import LOSS_STAGES
+from crag_lab.eval.metrics import ABSTAIN_CAUSE_ORDER, LOSS_STAGES
 
 
 class Scored(Protocol):
@@ -22,6 +22,8 @@ class Scored(Protocol):
     def confusion(self, mode: str = "knowledge_base") -> dict[str, dict[str, int]] | None: ...
 
     def loss_stages(self, mode: str | None = None) -> dict[str, int]: ...
+
+    def abstentions(self, mode: str | None = None) -> dict[str, dict[str, int]]: ...
 
 REPORT_ROWS: tuple[tuple[str, str], ...] = (
     ("n_queries", "queries"),
@@ -133,6 +135,15 @@ def render_markdown(ev: Scored, *, command: str | None = None, title: str | None
                 "and gold passages):", "",
                 table(["stage", *modes], [[stage, *(str(losses[mode][stage]) for mode in modes)]
                                           for stage in LOSS_STAGES]), ""]
+    why = {mode: ev.abstentions(mode) for mode in modes}
+    said = [cause for cause in ABSTAIN_CAUSE_ORDER if any(why[mode][cause]["unanswerable"] + why[mode][cause]["answerable"]
+                                                        for mode in modes)]
+    if said:
+        out += ["Why the runs abstained (`Evaluation.abstentions`; per mode, abstentions on unanswerable / on "
+                "answerable questions, the latter false abstentions; `no_evidence`: nothing reached the synthesizer):",
+                "", table(["cause", *modes], [[cause, *(f"{why[mode][cause]['unanswerable']} / "
+                                                        f"{why[mode][cause]['answerable']}" for mode in modes)]
+                                              for cause in said]), ""]
     confusion = ev.confusion("knowledge_base")
     if confusion:
         columns = list(next(iter(confusion.values())))

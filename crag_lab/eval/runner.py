@@ -82,6 +82,7 @@ def query_row(mode: str, record: QueryRecord, query: EvalQuery, routed: bool) ->
     rounds = record.get("rounds", [])
     kb_question = query.answerable is True and query.complexity != "chitchat"
     contained = m.answer_contained(answer, query.answers) if query.answerable else None
+    read = record.get("read")  # the offline synthesizer's account: why it abstained
     stage = None
     if query.gold and query.answerable:
         # What reached the synthesizer: the last grading round's kept items, or every retrieved item.
@@ -103,6 +104,8 @@ def query_row(mode: str, record: QueryRecord, query: EvalQuery, routed: bool) ->
         "f1": m.token_f1(answer, query.answers) if query.answerable else None,
         "question_kind": query.kind,
         "loss_stage": stage,
+        "abstain_cause": m.abstain_cause(no_evidence=bool(record.get("audit_events", {}).get("no_evidence")),
+                                         reason=read.get("why") if read else None) if abstained else None,
         "abstained_unanswerable": abstained if query.answerable is False else None,
         "abstained_answerable": abstained if kb_question else None,
         "n_cited": len(cited),
@@ -166,6 +169,11 @@ def _missing(value: Any) -> bool:
         return value is None or bool(value != value)  # NaN is the only value unequal to itself
     except (TypeError, ValueError):
         return False
+
+
+def _flag(value: Any) -> bool:
+    """A tidy row's yes/no cell: True only for a set, true value (None and NaN are no)."""
+    return not _missing(value) and bool(value)
 
 
 def compute_metrics(queries: pd.DataFrame, items: pd.DataFrame, rounds: pd.DataFrame, *,
@@ -297,6 +305,19 @@ class Evaluation:
         stages = [s for s in _col(self.queries[self.queries["mode"] == mode], "loss_stage") if not _missing(s)]
         return {stage: stages.count(stage) for stage in m.LOSS_STAGES}
 
+    def abstentions(self, mode: str | None = None) -> dict[str, dict[str, int]]:
+        """Why the runs abstained (`metrics.ABSTAIN_CAUSE_ORDER`), counted apart for unanswerable questions (the
+        abstentions wanted), answerable KB questions (false abstentions) and the rest (chitchat, unlabelled)."""
+        mode = mode or self.modes[0]
+        counts = {cause: {"unanswerable": 0, "answerable": 0, "other": 0} for cause in m.ABSTAIN_CAUSE_ORDER}
+        for row in self.queries[self.queries["mode"] == mode].to_dict("records"):
+            if not row["abstained"]:
+                continue
+            which = ("unanswerable" if _flag(row["abstained_unanswerable"])
+                     else "answerable" if _flag(row["abstained_answerable"]) else "other")
+            counts[row["abstain_cause"]][which] += 1
+        return counts
+
     def summary(self, by: str | None = None) -> pd.DataFrame:
         """Headline metrics as a DataFrame: one row per mode (and per group when ``by`` is given)."""
         import pandas as pd
@@ -321,6 +342,7 @@ class Evaluation:
                 "by_question_kind": self.metrics(mode, by="question_kind") if self.dataset.has_kinds else {},
                 "routing_confusion": self.confusion(mode),
                 "loss_stages": self.loss_stages(mode),
+                "abstentions": self.abstentions(mode),
             }
         first = self.modes[0]
         return {
