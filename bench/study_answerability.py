@@ -73,29 +73,29 @@ def capture(lab: Any, rows: Sequence[Mapping[str, Any]], mode: str = "knowledge_
     reached it, asked in graph ``mode``. A study that answers again from the evidence passes ``seen`` and the
     complexity too, so that it reads what the graph read."""
     box: dict[str, Any] = {}
-    original = synthesizer.respond
+    original = synthesizer.read_answer
 
     def spy(query: str, evidence: Sequence[Mapping[str, Any]], cache: VectorCache, *rest: Any,
-            **named: Any) -> tuple[str, str | None]:
+            **named: Any) -> Any:
         box["evidence"] = [dict(e) for e in evidence]
         box["seen"] = [dict(e) for e in named.get("seen", ())]
         box["complexity"] = named.get("complexity")
         box["answer"] = original(query, evidence, cache, *rest, **named)
         return box["answer"]
 
-    synthesizer.respond = spy  # the offline model looks the function up on the module at each call
+    synthesizer.read_answer = spy  # the offline model looks the function up on the module at each call
     out = []
     try:
         for row in rows:
             box.clear()
             lab.ask(row["question"], mode=mode)
             if "evidence" in box and row.get("complexity") != "chitchat":
-                out.append((row, box["evidence"], box["seen"], box["answer"][0], box["complexity"]))
+                out.append((row, box["evidence"], box["seen"], box["answer"].text, box["complexity"]))
     finally:
-        synthesizer.respond = original
+        synthesizer.read_answer = original
     asked = [r for r in rows if r.get("complexity") != "chitchat"]
     if asked and not out:  # the spy never ran: a study would report empty rows as if measured
-        raise SystemExit(f"capture: none of {len(asked)} questions reached synthesizer.respond through the spy; "
+        raise SystemExit(f"capture: none of {len(asked)} questions reached synthesizer.read_answer through the spy; "
                          "its signature no longer matches the offline model's call")
     return out
 
@@ -239,6 +239,12 @@ def markdown(result: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write(out: Path, text: str, result: Mapping[str, Any]) -> None:
+    """A study's report (``out``, Markdown) and its numbers beside it (the same name, ``.json``)."""
+    out.write_text(text, encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=Path, help="read with this span reader's folder instead of the shipped one")
@@ -267,8 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.spans:
         (args.spans / "answerability.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     else:
-        OUT.write_text(markdown(result), encoding="utf-8")
-        OUT.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write(OUT, markdown(result), result)
     print(markdown(result))
     return 0
 

@@ -211,6 +211,22 @@ def answerability() -> dict[str, str]:
                            f"{100 * cut['false_abstention']:.0f} %"), strict=True))
 
 
+def abstain_gate() -> dict[str, str]:
+    """The gate study's numbers the prose quotes (bench/study_abstain_gate.py); "—" before it was run."""
+    path = DOCS / "dev" / "abstain_gate.json"
+    keys = ("gate_dev_auroc", "gate_test_auroc", "gate_test_support", "gate_test", "gate_dev", "gate_test_rules")
+    if not path.is_file():
+        return dict.fromkeys(keys, "—")
+    domains = json.loads(path.read_text(encoding="utf-8"))["domains"]
+    test, dev = domains["kb-test"], domains["squad2-dev"]
+
+    def cell(r: Mapping[str, float]) -> str:
+        return f"{100 * r['abstention']:.1f} % at {100 * r['false_abstention']:.1f} %"
+
+    return dict(zip(keys, (f"{dev['auroc_gate']:.3f}", f"{test['auroc_gate']:.3f}", f"{test['auroc_support']:.3f}",
+                           cell(test["gate"]), cell(dev["gate"]), cell(test["rules"])), strict=True))
+
+
 def abstention_table(runs: Mapping[str, Mapping[str, Any] | None]) -> str:
     """Why `knowledge_base` abstained, per run in ``runs`` (name: its JSON): unanswerable / answerable counts."""
     here = {name: run["modes"]["knowledge_base"]["abstentions"] for name, run in runs.items()
@@ -257,6 +273,7 @@ def render() -> str:
         abstention_table=abstention_table({"tuning": kb, "test": test, "HotpotQA": hotpot, "SQuAD 2.0": squad}),
         containment_miss=points_short(overall["answer_containment"], 0.80),
         **answerability(),
+        **abstain_gate(),
         citation_miss=points_short(overall["citation_precision"], 0.90),
     )
     real = EVAL / "real_model.md"  # notebooks/record_real.py
