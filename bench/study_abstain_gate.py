@@ -47,9 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from study_answerability import FEATURES, domain_matrix, write  # noqa: E402
-
-from crag_lab.offline import synthesizer  # noqa: E402
+from study_answerability import FEATURES, domain_matrix, even_odds, out_of_fold, rates, rules, write  # noqa: E402
 
 TRAIN = ROOT.parent / "shared" / "train"
 SQUAD_DEV = ROOT.parent / "shared" / "datasets" / "squad2_dev250"
@@ -129,16 +127,8 @@ def docs_held_set(*, sites: Sequence[str], seed: int) -> tuple[list[dict[str, An
     return rows, files
 
 
-def even_odds(y: np.ndarray, domain: np.ndarray) -> np.ndarray:
-    weight = np.zeros(len(y))
-    for d in np.unique(domain):
-        for label in (False, True):
-            mask = (domain == d) & (y == label)
-            weight[mask] = 1.0 / max(mask.sum(), 1)
-    return weight
-
-
 def fit(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> Any:
+    """The gate fitted on every fitted question, as `study_answerability.out_of_fold` fits it on each fold."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -147,30 +137,9 @@ def fit(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> Any:
     return model.fit(x, y, logisticregression__sample_weight=even_odds(y, domain))
 
 
-def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
-    from sklearn.model_selection import StratifiedKFold
-
-    p = np.zeros(len(y))
-    strata = np.char.add(domain.astype(str), y.astype(str))
-    for train, test in StratifiedKFold(5, shuffle=True, random_state=0).split(x, strata):
-        p[test] = fit(x[train], y[train], domain[train]).predict_proba(x[test])[:, 1]
-    return p
-
-
 def cut_for(p: np.ndarray, y: np.ndarray, domain: np.ndarray, budget: float) -> float:
     """The highest cut keeping at most ``budget`` of each domain's answerable questions below it."""
     return float(min(np.quantile(p[(domain == d) & y], budget) for d in np.unique(domain)))
-
-
-def rules(x: np.ndarray, *, doubt: bool = False) -> np.ndarray:
-    """The synthesizer's abstention as shipped (`study_answerability.summary`'s ``rules``), or with the doubt check."""
-    out = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
-           | (x[:, FEATURES.index("negation_unanswered")] > 0))
-    return out | (x[:, FEATURES.index("doubted")] > 0) if doubt else out
-
-
-def rates(abstains: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    return {"abstention": round(float(abstains[~y].mean()), 3), "false_abstention": round(float(abstains[y].mean()), 3)}
 
 
 def summary(x: np.ndarray, y: np.ndarray, p: np.ndarray, cut: float) -> dict[str, Any]:

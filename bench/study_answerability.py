@@ -145,15 +145,35 @@ def domain_matrix(lab: Any, rows: Sequence[Mapping[str, Any]], spans: Any) -> tu
     return np.asarray(x), np.asarray(y)
 
 
-def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold
-
+def even_odds(y: np.ndarray, domain: np.ndarray) -> np.ndarray:
+    """Sample weights giving each (domain, label) cell the same total, 1."""
     weight = np.zeros(len(y))
     for d in np.unique(domain):
         for label in (False, True):
             mask = (domain == d) & (y == label)
             weight[mask] = 1.0 / max(mask.sum(), 1)
+    return weight
+
+
+def rules(x: np.ndarray, *, doubt: bool = False) -> np.ndarray:
+    """Where the synthesizer abstains on a `FEATURES` matrix: a best unit below ABSTAIN_BELOW, a name of the
+    question no evidence holds, or a question about what is not so that no quoted unit negates; with ``doubt``,
+    also where the opt-in doubt check does (`crag_lab.offline.doubt`)."""
+    out = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
+           | (x[:, FEATURES.index("negation_unanswered")] > 0))
+    return out | (x[:, FEATURES.index("doubted")] > 0) if doubt else out
+
+
+def rates(abstains: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Abstention on the unanswerable questions (``y`` false) and false abstention on the answerable ones."""
+    return {"abstention": round(float(abstains[~y].mean()), 3), "false_abstention": round(float(abstains[y].mean()), 3)}
+
+
+def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    weight = even_odds(y, domain)
     z = (x - x.mean(0)) / (x.std(0) + 1e-9)
     p = np.zeros(len(y))
     strata = np.char.add(domain.astype(str), y.astype(str))
@@ -166,24 +186,16 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, domain: np.ndarray) -> np.ndarray:
 def summary(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
     from sklearn.metrics import roc_auc_score
 
-    # today's rules: a best unit below ABSTAIN_BELOW, a name of the question no evidence holds, or a question
-    # about what is not so that no quoted unit negates; the opt-in doubt check adds its own (crag_lab.offline.doubt)
-    rules = ((x[:, 0] < synthesizer.ABSTAIN_BELOW) | (x[:, FEATURES.index("name_missing")] > 0)
-             | (x[:, FEATURES.index("negation_unanswered")] > 0))
-    doubting = rules | (x[:, FEATURES.index("doubted")] > 0)
+    today = rules(x)
     margin = x[:, FEATURES.index("span_margin")]
     return {
         "questions": len(y), "unanswerable": int((~y).sum()),
         "auroc_learned": round(float(roc_auc_score(y, p)), 3),
         "auroc_support": round(float(roc_auc_score(y, x[:, 0])), 3),
         **{f"auroc_{name}": round(float(roc_auc_score(y, x[:, FEATURES.index(name)])), 3) for name in LEARNED},
-        "cuts": {str(c): {"abstention": round(float((p[~y] < c).mean()), 3),
-                          "false_abstention": round(float((p[y] < c).mean()), 3)} for c in CUTS},
-        "current": {"abstention": round(float(rules[~y].mean()), 3), "false_abstention": round(float(rules[y].mean()), 3)},
-        "doubt": {"abstention": round(float(doubting[~y].mean()), 3),
-                  "false_abstention": round(float(doubting[y].mean()), 3)},
-        "with_spans": {str(c): {"abstention": round(float((rules | (margin < c))[~y].mean()), 3),
-                                "false_abstention": round(float((rules | (margin < c))[y].mean()), 3)}
+        "cuts": {str(c): rates(p < c, y) for c in CUTS},
+        "current": rates(today, y), "doubt": rates(rules(x, doubt=True), y),
+        "with_spans": {str(c): rates(today | (margin < c), y)
                        for c in MARGIN_CUTS},
     }
 
