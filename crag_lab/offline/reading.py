@@ -156,11 +156,20 @@ class ItemReading:
         return max(self.units, key=unit_support, default=None)
 
 
+QUESTION_PENALTY = 0.3
+"""Taken from a unit that is itself a question (an FAQ heading, ``**Which port?**``): it echoes the
+question's words and never answers it. `unit_support` and the synthesizer's ranking both take it."""
+
+
+def question_penalty(u: UnitReading) -> float:
+    """`QUESTION_PENALTY` for a unit that ends with ``?`` (bold or italic marks aside), else 0."""
+    return QUESTION_PENALTY if u.unit.text.rstrip("*_ ").endswith("?") else 0.0
+
+
 def unit_support(u: UnitReading) -> float:
     """How strongly one unit answers the question on its own: meaning, words and answer kind."""
     bonus = 0.15 if u.holds is True else (-0.1 if u.holds is False else 0.0)
-    question_like = -0.3 if u.unit.text.rstrip("*_ ").endswith("?") else 0.0  # an FAQ heading never answers
-    return u.cos + 0.6 * u.coverage + bonus + question_like
+    return u.cos + 0.6 * u.coverage + bonus - question_penalty(u)
 
 
 @dataclass(frozen=True)

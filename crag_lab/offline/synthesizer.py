@@ -35,6 +35,7 @@ from crag_lab.offline.reading import (
     echoes,
     has_term,
     label_names_asked,
+    question_penalty,
     read,
     unit_key,
     unit_support,
@@ -171,10 +172,9 @@ def answer_score(u: UnitReading, item_cos: float) -> float:
     """How well one unit answers: meaning, words, the asked kind and shape, a label naming what is
     asked, and its item's meaning."""
     kind = KIND_BONUS if u.holds is True else (-KIND_PENALTY if u.holds is False else 0.0)
-    question_like = -0.3 if u.unit.text.rstrip("*_ ").endswith("?") else 0.0
     label = LABEL_BONUS if u.label_hit else 0.0
     shape = 0.0 if u.shaped is None else (SHAPE_WEIGHT if u.shaped else -SHAPE_WEIGHT)
-    return u.cos + COVERAGE_WEIGHT * u.coverage + kind + question_like + label + shape + ITEM_WEIGHT * item_cos
+    return u.cos + COVERAGE_WEIGHT * u.coverage + kind - question_penalty(u) + label + shape + ITEM_WEIGHT * item_cos
 
 
 def ranked(reading: Reading) -> list[tuple[float, UnitReading]]:
