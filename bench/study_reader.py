@@ -296,17 +296,22 @@ def markdown(result: Mapping[str, Any]) -> str:
               "The `rules −` rows remove one rule from what ships; the `rules + doubt check` rows add the opt-in doubt "
               "check (`crag_lab.offline.doubt`), and the same without each of its two gates. SQuAD 2.0's evidence here "
               "is the question's own paragraph alone, where the graph hands the synthesizer several (docs/dev/doubt.md)."]
+    if result.get("candidate"):
+        lines += ["", f"The learned rows read a candidate scorer (`{result['candidate']}`), not the one that ships."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--scorer", help="a scorer folder other than the one that ships (a candidate): the learned rows read it")
+    parser.add_argument("--out", help="where a candidate's report goes (default: docs/dev/reader.md)")
+    parser.add_argument("--only", action="append", default=[], help="measure only this variant (repeatable)")
     args = parser.parse_args(argv)
     from crag_lab import Lab
     from crag_lab.learned import AnswerScorer, SpanReader
 
-    scorer = AnswerScorer.load()
+    scorer = AnswerScorer.load(args.scorer)
     spans = SpanReader.load()
     doubter = SpanReader.load(DOUBT_DIR)
     lab = Lab.from_directory(KB, remote=False)
@@ -314,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = VectorCache()
     rows: dict[str, dict[str, Any]] = {}
     for variant, (context, reader, lead, first, doubts) in variants(scorer, spans, doubter).items():
+        if args.only and variant not in args.only:
+            continue
         log(f"reader study: {variant}")
         with context():
             rows[variant] = {name: score(cases, lambda c, r=reader, sp=lead, f=first, dr=doubts: synthesizer.respond(
@@ -321,8 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name, cases in sets.items()}
     result = {"rows": rows, "sizes": {k: len(v) for k, v in sets.items()}, "top_k": synthesizer.LEARNED_TOP_K,
               "weight": synthesizer.LEARNED_WEIGHT, "threshold": scorer.card.abstain_below,
-              "span_first_margin": synthesizer.SPAN_FIRST_MARGIN, "read_units": synthesizer.READ_UNITS}
-    publish(OUT, markdown(result), result, write=not args.no_write)
+              "span_first_margin": synthesizer.SPAN_FIRST_MARGIN, "read_units": synthesizer.READ_UNITS,
+              "candidate": args.scorer}
+    publish(ROOT / args.out if args.out else OUT, markdown(result), result, write=not args.no_write)
     return 0
 
 

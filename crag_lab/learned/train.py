@@ -1,6 +1,6 @@
 """Build the scorer's training set and train its LoRA adapter: ``python -m crag_lab.learned.train``.
 
-Seven recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
+Eight recipes (``--recipe``), the same code, sized for the machine or continuing the one that ships:
 
 - ``cpu`` (about half an hour on two cores): 6,000 SQuAD questions, the adapter on the attention's
   query/key/value projections, one epoch of batches of 32.
@@ -27,6 +27,11 @@ Seven recipes (``--recipe``), the same code, sized for the machine or continuing
   SQuAD 2.0 train that UnAnsQ pairs with their paragraphs (``--written``, an UnAnsQ checkout or git
   directory; `crag_lab.learned.written_unanswerable`): those of the held-out articles are validation.
   The same three steps. Tried on a GPU, not shipped (the data card: the grader does not gain).
+- ``engdocs`` (about half an hour on two cores): continues the adapter that ships on the questions
+  written here over public engineering documents (``--engdocs``, the folder `crag_lab.learned.engdocs`
+  exports them to: option tables, environment variables, CLI references, FAQs, alert runbooks), each
+  pair seen twice, with the ``tables`` recipe's replay (1,500 SQuAD questions and the READMEs); one
+  in five documents is held out for validation.
 - ``mixed``: the ``gpu`` recipe from a fresh adapter, with 20,000 of its own questions also made
   unanswerable by a near-miss change (as ``contrast`` makes them), so that the changes are learnt
   beside everything else rather than on top of it. The same three steps. Tried, not shipped (the data
@@ -69,6 +74,9 @@ from crag_lab.learned.data import (
     same_article_pairs,
     squad_pairs,
 )
+from crag_lab.learned.engdocs import pairs as engdoc_pairs
+from crag_lab.learned.engdocs import questions as engdoc_questions
+from crag_lab.learned.engdocs import read_docs as read_engdocs
 from crag_lab.learned.readmes import documentation
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.scorer import SCORER_DIR, AnswerScorer, ScorerCard
@@ -97,6 +105,7 @@ class Recipe:
     tables: bool = False  # add WikiTableQuestions' lookup questions (``--wtq``, `table_data.wtq_pairs`)
     rows: bool = False  # add templated lookups over WikiTableQuestions' tables (``--wtq``, `table_data.row_pairs`)
     written: bool = False  # add SQuAD 2.0 train's written unanswerable questions (``--written``, UnAnsQ's pairs)
+    engdocs: int = 0  # times each pair of the questions written over engineering documents is seen (``--engdocs``)
 
 
 RECIPES = {
@@ -107,6 +116,7 @@ RECIPES = {
     "rows": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, rows=True),
     "mixed": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200, perturbed=20000),
     "written": Recipe(0, 0.25, 0.25, 150, 6, 16, "all", 1e-3, 256, 2.0, 128, 200, written=True),
+    "engdocs": Recipe(1500, 0.25, 0.25, 150, 1, 16, "all", 2e-4, 32, 1.0, 128, 50, continues=True, engdocs=2),
 }
 
 
@@ -136,7 +146,7 @@ def held_out_documents(names: Sequence[str]) -> set[str]:
 
 
 def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None,
-          written: Path | None = None) -> TrainingSet:
+          written: Path | None = None, engdocs: Path | None = None) -> TrainingSet:
     """The training and validation pairs. Validation holds out whole SQuAD articles, whole documents and
     (with ``wtq``, a WikiTableQuestions checkout, for a recipe with ``tables``) whole tables; with
     ``written`` (an UnAnsQ checkout, for a recipe with ``written``) its pairs join, by article."""
@@ -146,6 +156,9 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     if recipe.written and written is None:
         raise SystemExit("crag_lab.learned.train: this recipe reads UnAnsQ's written unanswerable questions; pass "
                          "--written with a clone (or git directory) of https://github.com/haichao592/UnAnsQ")
+    if recipe.engdocs and engdocs is None:
+        raise SystemExit("crag_lab.learned.train: this recipe reads the questions written over engineering documents; "
+                         "pass --engdocs with the folder python -m crag_lab.learned.engdocs exported them to")
     rng = random.Random(seed)
     squad = read_jsonl(train_dir / "squad11_train.jsonl.gz")
     held_titles = held_out_titles(squad, rng)
@@ -175,18 +188,28 @@ def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = 
     if recipe.rows and wtq:
         tables = (row_pairs(wtq, seed=seed), row_pairs(wtq, held_out=True, seed=seed + 1))
     found = read_pairs(written, squad) if recipe.written and written is not None else []
+    eng_train: list[Pair] = []
+    eng_val: list[Pair] = []
+    if recipe.engdocs and engdocs is not None:
+        qs = engdoc_questions()
+        names = sorted({str(q["doc"]) for q in qs})
+        held_eng = held_out_documents(names)
+        texts = read_engdocs(engdocs, names)
+        eng_train = engdoc_pairs(qs, {n: t for n, t in texts.items() if n not in held_eng}, seed=seed)[0]
+        eng_val = engdoc_pairs(qs, {n: t for n, t in texts.items() if n in held_eng}, seed=seed + 1)[0]
     train = (contrast + tables[0] + squad_pairs(train_rows, seed=seed)
              + scorer_pairs([p for p in found if p["title"] not in held_titles], seed=seed)
              + other_article_pairs(train_rows, share=recipe.other_share, seed=seed)
              + near_miss(train_rows, seed)
              + squad_pairs([r for r in excerpt if r["title"] == ex_titles[0]], seed=seed)
-             + ([p for d in train_docs for p in d] + cross_doc_pairs(train_docs, seed=seed)) * recipe.docs_repeat)
+             + ([p for d in train_docs for p in d] + cross_doc_pairs(train_docs, seed=seed)) * recipe.docs_repeat
+             + eng_train * recipe.engdocs)
     val = (squad_pairs(val_rows, seed=seed + 1) + other_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + same_article_pairs(val_rows, share=0.25, seed=seed + 1)
            + (perturbed_pairs(val_rows, share=0.5, seed=seed + 1) if recipe.perturbed else [])
            + squad_pairs([r for r in excerpt if r["title"] != ex_titles[0]], seed=seed + 1)
            + [p for d in val_docs for p in d] + cross_doc_pairs(val_docs, seed=seed + 1) + tables[1]
-           + scorer_pairs([p for p in found if p["title"] in held_titles], seed=seed + 1))
+           + scorer_pairs([p for p in found if p["title"] in held_titles], seed=seed + 1) + eng_val)
     return TrainingSet(train, val, [(n, v, lic) for n, v, lic, _ in docs], sorted(docs[i][0] for i in held_docs))
 
 
@@ -242,7 +265,8 @@ def train(args: argparse.Namespace) -> None:
     recipe = RECIPES[args.recipe]
     torch.set_num_threads(args.threads)
     data = build(Path(args.train_dir), recipe=recipe, seed=args.seed, sites=args.site,
-                 wtq=Path(args.wtq) if args.wtq else None, written=Path(args.written) if args.written else None)
+                 wtq=Path(args.wtq) if args.wtq else None, written=Path(args.written) if args.written else None,
+                 engdocs=Path(args.engdocs) if args.engdocs else None)
     pairs = data.train
     print(f"training pairs: {len(pairs)} {dict(Counter(p.source for p in pairs))}; validation {len(data.val)}", flush=True)
     if args.dump_pairs:
@@ -302,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="another site-packages folder whose READMEs to read (repeatable)")
     parser.add_argument("--wtq", help="a clone of github.com/ppasupat/WikiTableQuestions (the tables recipe reads it)")
     parser.add_argument("--written", help="a clone or git directory of github.com/haichao592/UnAnsQ (read by --recipe written)")
+    parser.add_argument("--engdocs", help="the folder python -m crag_lab.learned.engdocs exported its documents to "
+                        "(read by --recipe engdocs)")
     parser.add_argument("--dump-pairs", help="write the training pairs to this file for fit.py and stop")
     parser.add_argument("--adapter", help="a folder fit.py wrote: measure it and write the card instead of training")
     parser.add_argument("--out", default=str(SCORER_DIR))
