@@ -5,8 +5,9 @@ questions people wrote that could be fetched are about Wikipedia (SQuAD, WikiTab
 are questions written in this project, in the phrasing engineers use (full questions, terse
 queries, indirect ones, some with a typo), over documentation of the kind a knowledge base holds:
 configuration references with option tables, environment-variable lists, CLI references, FAQs and
-alert runbooks, from public repositories (`SOURCES`: Traefik, Cargo, Poetry, Prometheus and
-prometheus-operator's runbooks; each document's repository, commit, path and licence). About a
+alert runbooks, from public repositories (`SOURCES`: Traefik, Cargo, Poetry, Prometheus, Alertmanager,
+Argo CD, NATS and prometheus-operator's runbooks; each document's repository, commit, path and
+licence; the folder's README is the data card). About a
 quarter are unanswerable: a plausible detail the document never states, set against the line
 closest to it. No question was written with the bundled knowledge base, its questions or an
 evaluation set in view.
@@ -18,7 +19,7 @@ the written answer (the one sharing most words with that line); the negatives ar
 same chunk and units of other chunks of the same document. An unanswerable question is a group of
 negatives: the units of the chunk holding its nearest line.
 
-    python -m crag_lab.learned.engdocs --mirrors /work/.mirror --out DIR   # export the documents to DIR/src
+    python -m crag_lab.learned.engdocs --mirrors MIRRORS --out DIR   # the documents, as DIR/<name>.md
 """
 
 from __future__ import annotations
