@@ -55,6 +55,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,10 +133,10 @@ def variants(scorer: Any, spans: Any, doubter: Any) -> dict[str, Variant]:
     }
 
 
-def _lines(path: str, text: str, cache: dict[str, list[str]]) -> tuple[int | None, int | None]:
-    """Where ``text`` (whole lines of ``path``) sits in the knowledge base file, or (None, None)."""
+def _lines(path: str, text: str, cache: dict[str, list[str]], kb: Path = KB) -> tuple[int | None, int | None]:
+    """Where ``text`` (whole lines of ``path``) sits in the knowledge base ``kb``'s file, or (None, None)."""
     if path not in cache:
-        file = KB / path
+        file = kb / path
         cache[path] = file.read_text(encoding="utf-8").split("\n") if file.is_file() else []
     lines, want = cache[path], text.split("\n")
     for i in range(len(lines) - len(want) + 1):

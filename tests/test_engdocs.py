@@ -81,3 +81,21 @@ def test_export_reads_each_document_from_its_snapshot_and_names_a_missing_one(tm
         engdocs.export(tmp_path / "mirrors", tmp_path / "out", [{**row, "repo": "acme/gone"}])
     with pytest.raises(SystemExit, match="lacks 1 documents"):
         engdocs.read_docs(tmp_path / "out", ["ep", "missing"])
+
+
+def test_the_questions_become_a_query_file_crag_lab_eval_reads_against_the_documents(tmp_path: Path) -> None:
+    import json
+
+    from crag_lab.eval import load_dataset
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "ep.md").write_text(DOC, encoding="utf-8")
+    rows, left = engdocs.eval_rows(QS, kb, {"ep"})
+    assert left == {"line not found": 1, "answer not in its line": 1}
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    answerable, unanswerable = load_dataset(path, kb=kb).queries
+    assert answerable.answerable and answerable.answers == ("10s",)
+    assert [(g.path, g.start, g.end) for g in answerable.gold] == [("ep.md", 5, 5)]
+    assert not unanswerable.answerable and unanswerable.gold == () and unanswerable.complexity == "simple"

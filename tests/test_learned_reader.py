@@ -68,6 +68,18 @@ def test_the_learned_reader_abstains_below_the_scorers_threshold_and_says_so(vec
     assert why is not None and "learned scorer" in why and "0.59" in why and "threshold 0.6" in why
 
 
+def test_either_withholds_when_the_scorer_or_the_rules_fall_short(vectors: VectorCache) -> None:
+    reading = read(QUESTION, [RUNBOOK], vectors)
+    sure = choose(reading, FakeScorer("90 days", high=0.61), "either")
+    assert not sure.abstains and sure.measure == "support"
+    doubtful = choose(reading, FakeScorer("90 days", high=0.59), "either")
+    assert doubtful.abstains and doubtful.measure == "answer probability" and doubtful.abstain_below == 0.6
+    weak = read("what is the maximum size of an uploaded image?", [RUNBOOK], vectors)
+    assert choose(weak, FakeScorer("nothing", high=0.9, low=0.9), "either").abstains
+    with pytest.raises(ValueError, match="abstain_by='both'"):
+        choose(reading, FakeScorer("90 days", high=0.61), "both")
+
+
 def test_the_shipped_scorer_answers_and_withholds(vectors: VectorCache) -> None:
     model = OfflineModel(reader="learned")
     answered = model.complete("synthesize", "", {"query": QUESTION, "evidence": [RUNBOOK]})

@@ -22,6 +22,7 @@ score. Three public sources, none of them an evaluation set or the bundled knowl
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import unicodedata
@@ -338,3 +339,9 @@ def perturbed_pairs(rows: Sequence[Mapping[str, Any]], *, share: float, seed: in
         out += [Pair(str(row["question"]), text, 1, f"{row['id']}/kept", "perturbed"),
                 Pair(changed[0], text, 0, f"{row['id']}/{changed[1]}", f"perturbed-{changed[1]}")]
     return out
+
+
+def held_out_documents(names: Sequence[str]) -> set[str]:
+    """The documents (READMEs, engineering documents) held out of training (about one in five, by a hash of the
+    name): validation only."""
+    return {n for n in names if int(hashlib.sha256(n.encode()).hexdigest(), 16) % 5 == 0}

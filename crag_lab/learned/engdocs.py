@@ -20,6 +20,8 @@ same chunk and units of other chunks of the same document. An unanswerable quest
 negatives: the units of the chunk holding its nearest line.
 
     python -m crag_lab.learned.engdocs --mirrors MIRRORS --out DIR   # the documents, as DIR/<name>.md
+    python -m crag_lab.learned.engdocs --mirrors MIRRORS --out DIR --queries Q.jsonl   # and an eval set:
+    crag-lab eval --dataset Q.jsonl --kb DIR   # the held-out documents' questions, end to end
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from crag_lab.kb._chunking import iter_chunks
-from crag_lab.learned.data import Pair, unit_text
+from crag_lab.learned.data import Pair, held_out_documents, unit_text
 from crag_lab.offline.text import content_terms
 from crag_lab.offline.units import units_of
 
@@ -149,12 +151,63 @@ def read_docs(folder: Path, names: Sequence[str]) -> dict[str, str]:
     return {n: (folder / f"{n}.md").read_text(encoding="utf-8") for n in names}
 
 
+def line_of(text: str, line: str) -> int | None:
+    """The 1-based number of the first line of ``text`` that is ``line`` (both stripped), or None."""
+    want = line.strip()
+    return next((i + 1 for i, raw in enumerate(text.split("\n")) if raw.strip() == want), None)
+
+
+def eval_rows(qs: Sequence[Mapping[str, Any]], folder: Path,
+              docs: set[str] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The questions about ``docs`` (default: all) as rows of `crag-lab eval`'s query file, against the exported
+    documents in ``folder`` as the knowledge base: an answerable question's gold is the line its answer quotes
+    (``<name>.md:Ln-Ln``), an unanswerable one has none; and how many were left out (its line is not in the
+    document, or its answer, as `crag-lab eval` normalises it, is not in its line). Each row also names its
+    ``doc`` (`crag-lab eval` ignores the key)."""
+    from crag_lab.eval.metrics import answer_contained
+
+    rows: list[dict[str, Any]] = []
+    left = {"line not found": 0, "answer not in its line": 0}
+    texts: dict[str, str] = {}
+    for k, q in enumerate(qs):
+        name = str(q["doc"])
+        if docs is not None and name not in docs:
+            continue
+        text = texts.setdefault(name, (folder / f"{name}.md").read_text(encoding="utf-8"))
+        answerable = q.get("answerable", True) is not False
+        row: dict[str, Any] = {"id": f"e{k:04d}", "question": q["question"], "complexity": "simple",
+                               "answerable": answerable, "answer": "", "gold": [], "doc": name}
+        if answerable:
+            at = line_of(text, str(q["line"]))
+            if at is None:
+                left["line not found"] += 1
+                continue
+            if not answer_contained(str(q["line"]), [str(q["answer"])]):
+                left["answer not in its line"] += 1
+                continue
+            row["answer"], row["gold"] = str(q["answer"]), [f"{name}.md:L{at}-L{at}"]
+        rows.append(row)
+    return rows, left
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m crag_lab.learned.engdocs", description=__doc__.splitlines()[0])
     parser.add_argument("--mirrors", required=True, help="folder of git snapshots, <owner>+<name>/repo each")
     parser.add_argument("--out", required=True, help="where the documents go, one <name>.md each")
+    parser.add_argument("--queries", help="also write the questions as a crag-lab eval query file here (--kb OUT)")
+    parser.add_argument("--all", action="store_true",
+                        help="with --queries: every document's questions, not only the documents the engdocs training "
+                             "recipe holds out (a scorer trained by it has read the others)")
     args = parser.parse_args(argv)
-    print(f"exported {len(export(Path(args.mirrors), Path(args.out)))} documents to {args.out}")
+    out = Path(args.out)
+    print(f"exported {len(export(Path(args.mirrors), out))} documents to {out}")
+    if args.queries:
+        qs = questions()
+        held = None if args.all else held_out_documents(sorted({str(q["doc"]) for q in qs}))
+        rows, left = eval_rows(qs, out, held)
+        Path(args.queries).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        print(f"wrote {len(rows)} questions to {args.queries} (left out: {left}); "
+              f"crag-lab eval --dataset {args.queries} --kb {out}")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ card. Nothing here reads an evaluation set or the bundled knowledge base.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import shutil
@@ -69,6 +68,7 @@ from crag_lab.learned.data import (
     Pair,
     cross_doc_pairs,
     doc_pairs,
+    held_out_documents,
     other_article_pairs,
     perturbed_pairs,
     same_article_pairs,
@@ -138,11 +138,6 @@ def held_out_titles(squad: Sequence[Mapping[str, Any]], rng: random.Random | int
     titles = sorted({str(r["title"]) for r in squad})
     rng.shuffle(titles)
     return set(titles[: len(titles) // 20])
-
-
-def held_out_documents(names: Sequence[str]) -> set[str]:
-    """The READMEs held out of training (about one in five, by a hash of the name): validation only."""
-    return {n for n in names if int(hashlib.sha256(n.encode()).hexdigest(), 16) % 5 == 0}
 
 
 def build(train_dir: Path, *, recipe: Recipe, seed: int, sites: Sequence[str] = (), wtq: Path | None = None,

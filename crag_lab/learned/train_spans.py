@@ -23,9 +23,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from crag_lab.learned.data import held_out_documents
 from crag_lab.learned.router_data import read_jsonl
 from crag_lab.learned.span_data import SpanExample, build, doc_examples, write_examples
-from crag_lab.learned.train import documentation, held_out_documents, held_out_titles
+from crag_lab.learned.train import documentation, held_out_titles
 from crag_lab.learned.written_unanswerable import contrast_examples, read_pairs
 
 VALIDATION_QUESTIONS = 2000

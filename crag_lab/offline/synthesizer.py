@@ -106,9 +106,10 @@ LEARNED_WEIGHT = 0.25
 `bench/study_scorer.py`'s grid (0.25, 0.5, 1.0) that ranks the answering unit first most often on the
 tuning split (docs/dev/scorer.md; the test split was not consulted)."""
 LEARNED_ABSTAINS_BY = "rules"
-"""Which score withholds the learned reader's answer: ``"rules"`` (support against `ABSTAIN_BELOW`) or ``"scorer"`` (its
-probability against the scorer's own threshold, set on its training data). On the tuning split the scorer's threshold
-withheld 40 % of the answerable questions' answers (the rules: 8 %), so the rules decide (docs/dev/reader.md)."""
+"""Which score withholds the learned reader's answer: ``"rules"`` (support against `ABSTAIN_BELOW`), ``"scorer"`` (its
+probability against the scorer's own threshold, set on its training data) or ``"either"`` (whichever falls short).
+On the tuning split the scorer's threshold withheld 40 % of the answerable questions' answers (the rules: 8 %), so
+the rules decide (docs/dev/reader.md)."""
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+|\s+(?=\((?!\d))|,\s+(?=(?:and|but|which|while|so)\b)")
 
@@ -206,7 +207,8 @@ def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) 
     With a learned ``scorer`` (`crag_lab.learned.AnswerScorer`) the order is `learned_ranked`'s; with
     ``abstain_by="scorer"`` (default `LEARNED_ABSTAINS_BY`) the answer is withheld when the best unit's
     answer probability is below the scorer's own threshold (``scorer.card.abstain_below``, set on its
-    training data's unanswerable questions), with ``"rules"`` when its support is below `ABSTAIN_BELOW`.
+    training data's unanswerable questions), with ``"rules"`` when its support is below `ABSTAIN_BELOW`,
+    with ``"either"`` when either falls short (the probability is what the choice reports when it does).
     """
     if scorer is None:
         ordered, learned = ranked(reading), None
@@ -232,7 +234,10 @@ def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) 
         chosen.append(other_side)
     unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
     weighed = tuple(ordered)
-    if learned is not None and (abstain_by or LEARNED_ABSTAINS_BY) == "scorer":
+    by = abstain_by or LEARNED_ABSTAINS_BY
+    if by not in ("rules", "scorer", "either"):
+        raise ValueError(f"abstain_by={by!r}: use 'rules', 'scorer' or 'either'")
+    if learned is not None and (by == "scorer" or (by == "either" and learned < float(scorer.card.abstain_below))):
         return Choice(tuple(chosen), round(learned, 3), reading.ungrounded, unnegated,
                       float(scorer.card.abstain_below), "answer probability", weighed)
     return Choice(tuple(chosen), unit_support(best), reading.ungrounded, unnegated, ranked=weighed)
