@@ -49,6 +49,7 @@ from crag_lab.learned.engdocs import eval_rows, export, questions
 from crag_lab.learned.spans import DOUBT_DIR
 from crag_lab.offline import synthesizer
 from crag_lab.offline.vectors import VectorCache
+from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 HERE = SCRATCH / "engdocs_kb"
 OUT = ROOT / "docs" / "dev" / "engdocs_kb.md"
@@ -81,22 +82,11 @@ def cases(lab: Any, kb: Path, rows: Sequence[Mapping[str, Any]],
 
 
 def scored(cases: Sequence[Mapping[str, Any]], answer: Any, unreached: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """`study_reader.score` over the reached ``cases``, with the ``unreached`` questions counted as not answered
-    (no containment, an abstention; no citation)."""
-    out = score(cases, answer)
-    reached_a = sum(1 for c in cases if c["answerable"])
-    reached_u = len(cases) - reached_a
-    n_a = sum(1 for r in unreached if r["answerable"])
-    n_u = len(unreached) - n_a
-    for key in ("containment", "exact_match", "token_f1"):
-        if out[key] is not None:
-            out[key] = out[key] * reached_a / (reached_a + n_a)
-    if out["false_abstention"] is not None:
-        out["false_abstention"] = (out["false_abstention"] * reached_a + n_a) / (reached_a + n_a)
-    if out["abstention"] is not None:
-        out["abstention"] = (out["abstention"] * reached_u + n_u) / (reached_u + n_u)
-    out["questions"] += len(unreached)
-    return out
+    """`study_reader.score` over the reached ``cases`` and the ``unreached`` questions, each of those answered with
+    the graph's no-evidence answer (an abstention; no containment, no citation)."""
+    gave_up = [{"answerable": r["answerable"], "answers": [], "gold": [], "evidence": [], "unreached": True}
+               for r in unreached]
+    return score([*cases, *gave_up], lambda c: NO_EVIDENCE_ANSWER if c.get("unreached") else answer(c))
 
 
 def markdown(result: Mapping[str, Any]) -> str:
@@ -154,8 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     doubter = SpanReader.load(DOUBT_DIR)
     lab = Lab.from_directory(kb, remote=False)
     found, unreached = cases(lab, kb, rows)
-    cache = VectorCache()
     naive, naive_unreached = cases(lab, kb, rows, "naive_rag")
+    cache = VectorCache()
     table: dict[str, dict[str, Any]] = {
         "graph (what ships)": scored(found, lambda c: c["graph_answer"], unreached),
         "naive_rag (graph)": scored(naive, lambda c: c["graph_answer"], naive_unreached)}

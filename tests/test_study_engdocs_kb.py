@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import study_engdocs_kb as study
 
-from crag_lab.eval.metrics import NO_EVIDENCE_ANSWER
 from crag_lab.learned.engdocs import eval_rows, line_of
+from crag_lab.prompts import NO_EVIDENCE_ANSWER
 
 DOC = "# Ports\n\n| Name | Port |\n|---|---|\n| web | 80 |\n  | websecure | 443 |\n\nLogs go to `stdout`.\n"
 

@@ -210,6 +210,9 @@ def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) 
     training data's unanswerable questions), with ``"rules"`` when its support is below `ABSTAIN_BELOW`,
     with ``"either"`` when either falls short (the probability is what the choice reports when it does).
     """
+    by = abstain_by or LEARNED_ABSTAINS_BY
+    if by not in ("rules", "scorer", "either"):
+        raise ValueError(f"abstain_by={by!r}: use 'rules', 'scorer' or 'either'")
     if scorer is None:
         ordered, learned = ranked(reading), None
     else:
@@ -234,9 +237,6 @@ def choose(reading: Reading, scorer: Any = None, abstain_by: str | None = None) 
         chosen.append(other_side)
     unnegated = not answers_the_negation(reading.query, reading.kind, [u.unit.text for u in chosen])
     weighed = tuple(ordered)
-    by = abstain_by or LEARNED_ABSTAINS_BY
-    if by not in ("rules", "scorer", "either"):
-        raise ValueError(f"abstain_by={by!r}: use 'rules', 'scorer' or 'either'")
     if learned is not None and (by == "scorer" or (by == "either" and learned < float(scorer.card.abstain_below))):
         return Choice(tuple(chosen), round(learned, 3), reading.ungrounded, unnegated,
                       float(scorer.card.abstain_below), "answer probability", weighed)
